@@ -1,0 +1,15 @@
+/**
+ * @file cohort.h
+ * @brief The whole public C API of cohort. Compiles as C99 and as C++.
+ *
+ * A program links libcohort, creates a runtime (cohort_runtime_create()), and runs the
+ * same code on one process or on N ranks started by `cohortrun`.
+ */
+#ifndef COHORT_COHORT_H
+#define COHORT_COHORT_H
+
+#include "cohort/common.h"
+#include "cohort/config.h"
+#include "cohort/runtime.h"
+
+#endif /* COHORT_COHORT_H */

@@ -1,0 +1,98 @@
+/**
+ * @file runtime.h
+ * @brief The process-level object: MPI life cycle, ranks, the thread budget and the
+ *        compute device.
+ *
+ * The first cohort_runtime_create() in a process initializes MPI with
+ * MPI_THREAD_MULTIPLE, unless MPI is already initialized (then cohort uses it and
+ * never finalizes it; a thread level below MPI_THREAD_SERIALIZED is an error). Each
+ * runtime duplicates MPI_COMM_WORLD, so several runtimes may live in sequence or side
+ * by side. A program started without `mpirun` runs as a single rank.
+ */
+#ifndef COHORT_RUNTIME_H
+#define COHORT_RUNTIME_H
+
+#include "cohort/common.h"
+#include "cohort/config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Opaque runtime. Child objects (models, pipelines, requests) keep it alive. */
+typedef struct cohort_runtime_t cohort_runtime_t;
+
+/** Kind of compute device a runtime uses. */
+typedef enum cohort_device_type_t {
+  COHORT_DEVICE_CPU = 0,
+  COHORT_DEVICE_CUDA = 1
+} cohort_device_type_t;
+
+/** What a runtime sees, filled by cohort_runtime_info(). */
+typedef struct cohort_runtime_info_t {
+  size_t struct_size;          /**< Set by the caller to sizeof(cohort_runtime_info_t). */
+  int rank;                    /**< This process's rank in the job, 0..size-1. */
+  int size;                    /**< Number of ranks in the job. */
+  int local_rank;              /**< Rank among the ranks on this node. */
+  int local_size;              /**< Ranks on this node. */
+  int cross_rank;              /**< Index of this node among nodes with this local_rank. */
+  int cross_size;              /**< Number of nodes with a rank of this local_rank. */
+  int thread_budget;           /**< Threads this rank may use: cores / local ranks, or threads_per_rank. */
+  cohort_device_type_t device_type; /**< Compute device kind. */
+  int device_id;               /**< CUDA device ordinal, or -1 for the CPU. */
+  int cuda_device_count;       /**< GPUs visible to this process (0 without GPU or without CUDA). */
+  int mpi_thread_level;        /**< The thread level MPI provides (MPI_THREAD_*). */
+} cohort_runtime_info_t;
+
+/**
+ * @brief Creates a runtime. Collective: every rank must call it, in the same order
+ *        as other collective calls.
+ * @param config Options (may be NULL for defaults); copied, so it may be destroyed afterwards.
+ * @param[out] out Receives the runtime, owned by the caller (cohort_runtime_destroy()).
+ * @return ::COHORT_ERR_INVALID_STATE after cohort_finalize() or once a peer was lost;
+ *   ::COHORT_ERR_MPI if MPI cannot be initialized or provides less than
+ *   MPI_THREAD_SERIALIZED; ::COHORT_ERR_UNSUPPORTED if `device=cuda` is asked for and no
+ *   GPU is usable.
+ */
+COHORT_API cohort_status_t cohort_runtime_create(const cohort_config_t* config, cohort_runtime_t** out);
+
+/**
+ * @brief Releases the caller's reference. The runtime is torn down (its communicator
+ *        freed) once its child objects are gone. NULL is a no-op. Collective.
+ */
+COHORT_API void cohort_runtime_destroy(cohort_runtime_t* runtime);
+
+/**
+ * @brief Fills @p info. Thread-safe.
+ * @param[in,out] info Caller-owned; set info->struct_size = sizeof(*info) first. A
+ *   smaller struct_size from an older header is accepted and filled up to its size.
+ */
+COHORT_API cohort_status_t cohort_runtime_info(const cohort_runtime_t* runtime, cohort_runtime_info_t* info);
+
+/** @brief This process's rank. Thread-safe. */
+COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, int* rank);
+
+/** @brief Number of ranks. Thread-safe. */
+COHORT_API cohort_status_t cohort_runtime_size(const cohort_runtime_t* runtime, int* size);
+
+/**
+ * @brief The compute device as text: "cpu" or "cuda:N".
+ * @param buffer, size, needed As cohort_config_get().
+ */
+COHORT_API cohort_status_t cohort_runtime_device(const cohort_runtime_t* runtime, char* buffer,
+                                                 size_t size, size_t* needed);
+
+/**
+ * @brief The runtime's effective configuration (explicit values, environment, defaults).
+ * @param[out] out A new config owned by the caller.
+ */
+COHORT_API cohort_status_t cohort_runtime_config(const cohort_runtime_t* runtime, cohort_config_t** out);
+
+/** @brief Blocks until every rank has called it. Collective. */
+COHORT_API cohort_status_t cohort_runtime_barrier(cohort_runtime_t* runtime);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COHORT_RUNTIME_H */

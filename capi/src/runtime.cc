@@ -1,0 +1,92 @@
+#include "runtime/runtime.h"
+
+#include "handles.h"
+#include "runtime/mpi_process.h"
+#include "shim.h"
+
+
+using namespace cohort;
+using capi::guard;
+using capi::need;
+
+namespace {
+const Runtime& live(const cohort_runtime_t* rt) {
+  need(rt, "runtime");
+  mpi_process::check_not_poisoned();
+  return *rt->runtime;
+}
+}  // namespace
+
+extern "C" {
+
+COHORT_API cohort_status_t cohort_runtime_create(const cohort_config_t* config, cohort_runtime_t** out) {
+  return guard("cohort_runtime_create", [&] {
+    need(out, "out");
+    *out = nullptr;
+    Config cfg = config ? config->config : Config{};
+    auto handle = std::make_unique<cohort_runtime_t>();
+    handle->runtime = std::make_shared<Runtime>(cfg);
+    *out = handle.release();
+  });
+}
+
+COHORT_API void cohort_runtime_destroy(cohort_runtime_t* runtime) {
+  try {
+    delete runtime;
+  } catch (...) {
+    // Destruction never throws across the boundary.
+  }
+}
+
+COHORT_API cohort_status_t cohort_runtime_info(const cohort_runtime_t* runtime, cohort_runtime_info_t* info) {
+  return guard("cohort_runtime_info", [&] {
+    need(info, "info");
+    capi::check_struct_size(info->struct_size, sizeof(cohort_runtime_info_t), "cohort_runtime_info_t");
+    const Runtime& rt = live(runtime);
+    cohort_runtime_info_t full{};
+    full.struct_size = info->struct_size;
+    const RankLayout& l = rt.layout();
+    full.rank = l.rank;
+    full.size = l.size;
+    full.local_rank = l.local_rank;
+    full.local_size = l.local_size;
+    full.cross_rank = l.cross_rank;
+    full.cross_size = l.cross_size;
+    full.thread_budget = rt.thread_budget();
+    full.device_type = rt.device().kind == Device::Kind::kCuda ? COHORT_DEVICE_CUDA : COHORT_DEVICE_CPU;
+    full.device_id = rt.device().kind == Device::Kind::kCuda ? rt.device().id : -1;
+    full.cuda_device_count = rt.cuda_device_count();
+    full.mpi_thread_level = mpi_process::thread_level();
+    std::memcpy(info, &full, info->struct_size);
+  });
+}
+
+COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, int* rank) {
+  return guard("cohort_runtime_rank", [&] { *need(rank, "rank") = live(runtime).rank(); });
+}
+
+COHORT_API cohort_status_t cohort_runtime_size(const cohort_runtime_t* runtime, int* size) {
+  return guard("cohort_runtime_size", [&] { *need(size, "size") = live(runtime).size(); });
+}
+
+COHORT_API cohort_status_t cohort_runtime_device(const cohort_runtime_t* runtime, char* buffer, size_t size,
+                                                 size_t* needed) {
+  return guard("cohort_runtime_device",
+               [&] { capi::copy_out(live(runtime).device().to_string(), buffer, size, needed); });
+}
+
+COHORT_API cohort_status_t cohort_runtime_config(const cohort_runtime_t* runtime, cohort_config_t** out) {
+  return guard("cohort_runtime_config", [&] {
+    need(out, "out");
+    *out = new cohort_config_t{live(runtime).config()};
+  });
+}
+
+COHORT_API cohort_status_t cohort_runtime_barrier(cohort_runtime_t* runtime) {
+  return guard("cohort_runtime_barrier", [&] {
+    need(runtime, "runtime");
+    runtime->runtime->barrier();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,40 @@
+#include "backend/device_probe.h"
+
+#include "core/status.h"
+
+#if COHORT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace cohort {
+
+CudaProbe probe_cuda() {
+  CudaProbe probe;
+#if COHORT_HAVE_CUDA
+  int count = 0;  // cudaGetDeviceCount leaves it untouched when it fails
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    probe.why = cat("cudaGetDeviceCount: ", cudaGetErrorString(err), " (error ", int(err), ")");
+    cudaGetLastError();  // clear the sticky error for later calls
+    return probe;
+  }
+  probe.device_count = count;
+  if (count == 0) probe.why = "no CUDA device is visible";
+#else
+  probe.why = "this build of cohort has no CUDA backend";
+#endif
+  return probe;
+}
+
+void select_cuda_device(int device) {
+#if COHORT_HAVE_CUDA
+  cudaError_t err = cudaSetDevice(device);
+  if (err != cudaSuccess)
+    fail(Code::kCuda, "cudaSetDevice(", device, "): ", cudaGetErrorString(err),
+         "; check CUDA_VISIBLE_DEVICES and that each rank has its own GPU");
+#else
+  fail(Code::kUnsupported, "cannot select CUDA device ", device, ": this build of cohort has no CUDA backend");
+#endif
+}
+
+}  // namespace cohort

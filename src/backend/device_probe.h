@@ -1,0 +1,20 @@
+// What compute devices this process can see. Without a CUDA build, or without a GPU
+// (cudaGetDeviceCount fails with error 35 where the toolkit is installed but no
+// driver is), the count is 0 and `why` says so.
+#pragma once
+
+#include <string>
+
+namespace cohort {
+
+struct CudaProbe {
+  int device_count = 0;
+  std::string why;  // why the count is 0, for the log ("cudaGetDeviceCount: ...")
+};
+
+CudaProbe probe_cuda();
+
+// Makes `device` current on the calling thread (CUDA builds); throws kCuda on failure.
+void select_cuda_device(int device);
+
+}  // namespace cohort

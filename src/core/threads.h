@@ -1,0 +1,45 @@
+// The thread budget (cores / local ranks) and a small fixed thread pool. Nothing in
+// cohort spins: idle workers sleep on a condition variable.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace cohort {
+
+// Cores this process may run on (its CPU affinity mask), at least 1.
+int available_cores();
+
+// Threads one rank may use: `requested` when > 0, else available_cores() / local_ranks,
+// at least 1.
+int thread_budget(int local_ranks, int requested);
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return static_cast<int>(workers_.size()); }
+  void submit(std::function<void()> task);
+  // Runs fn(i) for i in [0, n) on the pool and the calling thread; rethrows the first
+  // exception after every index has run.
+  void parallel_for(size_t n, const std::function<void(size_t)>& fn);
+
+ private:
+  void work();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace cohort

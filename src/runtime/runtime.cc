@@ -1,0 +1,88 @@
+#include "runtime/runtime.h"
+
+#include <atomic>
+
+#include "backend/device_probe.h"
+#include "comm/mpi/mpi_error.h"
+#include "core/logging.h"
+#include "core/threads.h"
+#include "runtime/mpi_process.h"
+
+namespace cohort {
+namespace {
+std::atomic<bool> g_device_logged{false};
+
+void free_comm(MPI_Comm& comm) {
+  if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  comm = MPI_COMM_NULL;
+}
+}  // namespace
+
+Runtime::Runtime(const Config& config) : config_(config) {
+  set_log_level(parse_log_level(config_.get_string("log_level")));
+  config_.get_string("device");  // a bad COHORT_DEVICE fails before MPI starts
+  int requested_threads = static_cast<int>(config_.get_int("threads_per_rank"));
+
+  mpi_process::ensure_initialized();
+  try {
+    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world_), "MPI_Comm_dup(MPI_COMM_WORLD)");
+    MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
+    mpi_check(MPI_Comm_rank(world_, &layout_.rank), "MPI_Comm_rank");
+    mpi_check(MPI_Comm_size(world_, &layout_.size), "MPI_Comm_size");
+    mpi_check(MPI_Comm_split_type(world_, MPI_COMM_TYPE_SHARED, layout_.rank, MPI_INFO_NULL, &local_),
+              "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    mpi_check(MPI_Comm_rank(local_, &layout_.local_rank), "MPI_Comm_rank(local)");
+    mpi_check(MPI_Comm_size(local_, &layout_.local_size), "MPI_Comm_size(local)");
+    mpi_check(MPI_Comm_split(world_, layout_.local_rank, layout_.rank, &cross_), "MPI_Comm_split(cross)");
+    mpi_check(MPI_Comm_rank(cross_, &layout_.cross_rank), "MPI_Comm_rank(cross)");
+    mpi_check(MPI_Comm_size(cross_, &layout_.cross_size), "MPI_Comm_size(cross)");
+    set_log_rank(layout_.size > 1 ? layout_.rank : -1);
+    thread_budget_ = cohort::thread_budget(layout_.local_size, requested_threads);
+    choose_device();
+  } catch (...) {
+    free_comm(cross_);
+    free_comm(local_);
+    free_comm(world_);
+    throw;
+  }
+}
+
+void Runtime::choose_device() {
+  std::string choice = config_.get_string("device");
+  CudaProbe probe;
+  if (choice != "cpu") probe = probe_cuda();
+  cuda_device_count_ = probe.device_count;
+  if (choice == "cuda" && probe.device_count == 0)
+    fail(Code::kUnsupported, "device=cuda was requested but no GPU is usable (", probe.why,
+         "); use --device=cpu or --device=auto");
+  if (choice != "cpu" && probe.device_count > 0) {
+    device_ = {Device::Kind::kCuda, layout_.local_rank % probe.device_count};
+    if (layout_.local_size > probe.device_count)
+      COHORT_LOG_WARN(layout_.local_size, " ranks share ", probe.device_count,
+                      " GPUs on this node: ranks on one GPU slow each other down and NCCL refuses them");
+    select_cuda_device(device_.id);
+  } else {
+    device_ = {};
+  }
+  if (!g_device_logged.exchange(true) && layout_.rank == 0) {
+    std::string cuda_text = probe.device_count > 0 ? cat(probe.device_count, " CUDA devices")
+                                                   : cat("0 CUDA devices: ", probe.why.empty() ? "not probed (device=cpu)" : probe.why);
+    COHORT_LOG_INFO(layout_.size, " rank", layout_.size == 1 ? "" : "s", ", ", layout_.local_size,
+                    " on this node, device ", device_.to_string(), " (", cuda_text, "), ", thread_budget_,
+                    " thread", thread_budget_ == 1 ? "" : "s", " per rank");
+  }
+}
+
+Runtime::~Runtime() {
+  if (mpi_process::poisoned()) return;  // freeing communicators could hang on a lost peer
+  free_comm(cross_);
+  free_comm(local_);
+  free_comm(world_);
+}
+
+void Runtime::barrier() {
+  mpi_process::check_not_poisoned();
+  mpi_check(MPI_Barrier(world_), "MPI_Barrier");
+}
+
+}  // namespace cohort

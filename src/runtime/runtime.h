@@ -1,0 +1,56 @@
+// The process-level object of a job: its communicators, rank layout, thread budget
+// and compute device. One per job is usual; several may live in sequence.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "core/config.h"
+#include "tensor/tensor.h"
+
+namespace cohort {
+
+struct RankLayout {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;
+  int cross_rank = 0, cross_size = 1;
+};
+
+class Runtime {
+ public:
+  // Collective over MPI_COMM_WORLD. Throws on MPI failure, after finalize, or when a
+  // GPU is required (device=cuda) and none is usable.
+  explicit Runtime(const Config& config);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const RankLayout& layout() const { return layout_; }
+  int rank() const { return layout_.rank; }
+  int size() const { return layout_.size; }
+  int thread_budget() const { return thread_budget_; }
+  Device device() const { return device_; }
+  int cuda_device_count() const { return cuda_device_count_; }
+  const Config& config() const { return config_; }
+  // This runtime's duplicate of MPI_COMM_WORLD (errors return instead of aborting).
+  MPI_Comm comm() const { return world_; }
+  MPI_Comm local_comm() const { return local_; }
+  MPI_Comm cross_comm() const { return cross_; }
+
+  void barrier();
+
+ private:
+  void choose_device();
+
+  Config config_;
+  RankLayout layout_;
+  MPI_Comm world_ = MPI_COMM_NULL;
+  MPI_Comm local_ = MPI_COMM_NULL;
+  MPI_Comm cross_ = MPI_COMM_NULL;
+  int thread_budget_ = 1;
+  Device device_;
+  int cuda_device_count_ = 0;
+};
+
+}  // namespace cohort

@@ -1,0 +1,173 @@
+#include "tensor/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "core/status.h"
+#include "core/strings.h"
+
+namespace cohort {
+
+std::string Device::to_string() const {
+  switch (kind) {
+    case Kind::kCpu: return "cpu";
+    case Kind::kCuda: return "cuda:" + std::to_string(id);
+    case Kind::kCudaHost: return "cuda_host";
+  }
+  return "?";
+}
+
+std::string shape_string(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    require(d >= 0, "invalid shape ", shape_string(shape), ": dimensions must be >= 0");
+    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+      fail(Code::kInvalidArgument, "invalid shape ", shape_string(shape), ": element count overflows");
+    n *= d;
+  }
+  return n;
+}
+
+std::vector<int64_t> contiguous_strides(const Shape& shape) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    strides[i] = s;
+    s *= std::max<int64_t>(shape[i], 1);
+  }
+  return strides;
+}
+
+std::shared_ptr<Storage> allocate_host(size_t bytes, bool zero) {
+  constexpr size_t kAlign = 64;
+  size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  void* p = std::aligned_alloc(kAlign, rounded);
+  if (!p) fail(Code::kOutOfMemory, "cannot allocate ", format_bytes(static_cast<double>(bytes)), " of host memory");
+  if (zero) std::memset(p, 0, rounded);
+  return std::make_shared<Storage>(p, bytes, Device{}, [](void* q) { std::free(q); });
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.storage_ = allocate_host(static_cast<size_t>(t.numel_) * dtype_size(dtype), true);
+  t.data_ = t.storage_->data();
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, std::vector<int64_t> strides) {
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  require(data != nullptr || t.numel_ == 0, "tensor of shape ", shape_string(shape), " has a NULL data pointer");
+  if (strides.empty()) strides = contiguous_strides(shape);
+  require(strides.size() == shape.size(), "tensor has ", shape.size(), " dimensions but ", strides.size(),
+          " strides");
+  t.data_ = data;
+  t.shape_ = shape;
+  t.strides_ = std::move(strides);
+  t.dtype_ = dtype;
+  t.device_ = device;
+  return t;
+}
+
+namespace {
+Device device_from_dlpack(DLDevice d) {
+  switch (d.device_type) {
+    case kDLCPU: return {Device::Kind::kCpu, 0};
+    case kDLCUDA: return {Device::Kind::kCuda, d.device_id};
+    case kDLCUDAHost: return {Device::Kind::kCudaHost, 0};
+    default:
+      fail(Code::kInvalidArgument, "unsupported DLPack device type ", int(d.device_type),
+           ": expected CPU (1), CUDA (2) or CUDA host (3)");
+  }
+}
+}  // namespace
+
+Tensor Tensor::from_dlpack(const DLTensor& dl) {
+  require(dl.ndim >= 0 && dl.ndim <= 32, "DLTensor has invalid ndim ", dl.ndim);
+  require(dl.ndim == 0 || dl.shape != nullptr, "DLTensor has ndim ", dl.ndim, " but a NULL shape");
+  Shape shape(dl.shape, dl.shape + dl.ndim);
+  std::vector<int64_t> strides;
+  if (dl.strides) strides.assign(dl.strides, dl.strides + dl.ndim);
+  void* data = dl.data ? static_cast<char*>(dl.data) + dl.byte_offset : nullptr;
+  return wrap(data, shape, cohort::from_dlpack(dl.dtype), device_from_dlpack(dl.device), std::move(strides));
+}
+
+Tensor Tensor::from_dlpack(DLManagedTensor* managed) {
+  require(managed != nullptr, "DLManagedTensor is NULL");
+  Tensor t;
+  try {
+    t = from_dlpack(managed->dl_tensor);
+  } catch (...) {
+    if (managed->deleter) managed->deleter(managed);
+    throw;
+  }
+  t.storage_ = std::make_shared<Storage>(t.data_, t.nbytes(), t.device_, [managed](void*) {
+    if (managed->deleter) managed->deleter(managed);
+  });
+  return t;
+}
+
+namespace {
+// Keeps the exported tensor's storage, shape and strides alive until the consumer
+// calls the deleter.
+struct ExportContext {
+  Tensor tensor;
+  Shape shape;
+  std::vector<int64_t> strides;
+  DLManagedTensor managed;
+};
+}  // namespace
+
+DLManagedTensor* Tensor::to_dlpack() const {
+  auto ctx = std::make_unique<ExportContext>();
+  ctx->tensor = *this;
+  ctx->shape = shape_;
+  ctx->strides = strides_;
+  ctx->managed.dl_tensor = dlpack_view();
+  ctx->managed.dl_tensor.shape = ctx->shape.data();
+  ctx->managed.dl_tensor.strides = ctx->strides.data();
+  ctx->managed.manager_ctx = ctx.get();
+  ctx->managed.deleter = [](DLManagedTensor* self) { delete static_cast<ExportContext*>(self->manager_ctx); };
+  return &ctx.release()->managed;
+}
+
+DLTensor Tensor::dlpack_view() const {
+  DLTensor dl{};
+  dl.data = data_;
+  switch (device_.kind) {
+    case Device::Kind::kCpu: dl.device = {kDLCPU, 0}; break;
+    case Device::Kind::kCuda: dl.device = {kDLCUDA, device_.id}; break;
+    case Device::Kind::kCudaHost: dl.device = {kDLCUDAHost, 0}; break;
+  }
+  dl.ndim = ndim();
+  dl.dtype = cohort::to_dlpack(dtype_);
+  dl.shape = const_cast<int64_t*>(shape_.data());
+  dl.strides = const_cast<int64_t*>(strides_.data());
+  dl.byte_offset = 0;
+  return dl;
+}
+
+bool Tensor::is_contiguous() const {
+  // Strides of size-1 dimensions do not matter (DLPack producers set them freely).
+  std::vector<int64_t> expected = contiguous_strides(shape_);
+  for (size_t i = 0; i < shape_.size(); ++i)
+    if (shape_[i] != 1 && strides_[i] != expected[i]) return false;
+  return true;
+}
+
+std::string Tensor::describe() const {
+  return cat(dtype_name(dtype_), shape_string(shape_), " on ", device_.to_string());
+}
+
+}  // namespace cohort
