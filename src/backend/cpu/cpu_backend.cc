@@ -3,6 +3,7 @@
 // between layers stay in whatever (blocked) layout the primitives chose; only
 // parameters and gradients are converted to and from their plain layouts.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <unordered_map>
 
@@ -862,6 +863,10 @@ class SoftmaxXentLayer final : public CpuLayer {
 
  private:
   void compute(float* grad) {
+    if (!plan_.labels_ && !grad) {  // inference of the logits only
+      plan_.loss_ = std::nanf("");
+      return;
+    }
     require(plan_.labels_ != nullptr, "layer '", spec_.name, "': the loss needs labels");
     const int64_t n = in().shape[0], k = in().shape[1];
     const float* x = static_cast<const float*>(logits_.get_data_handle());
