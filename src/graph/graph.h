@@ -85,6 +85,9 @@ class Graph {
   bool materialized() const { return materialized_; }
   void set_backend(std::shared_ptr<backend::Backend> backend);
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  // The step number the next forward_train uses (it picks the dropout masks).
+  void set_step(uint64_t step) { step_ = step; }
+  uint64_t step() const { return step_; }
   // Called with the parameter index as soon as its gradient is final.
   using GradReady = std::function<void(int index, const Parameter& param)>;
   void set_grad_ready(GradReady hook) { grad_ready_ = std::move(hook); }
