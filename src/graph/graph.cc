@@ -44,10 +44,14 @@ void Graph::check_open() const {
   require(!has_loss(), "the loss must be the last layer; nothing can follow it");
 }
 
-int Graph::add_layer(LayerSpec l) {
+void Graph::check_new(const std::string& name) const {
   check_open();
-  require(!l.name.empty(), "a layer needs a name");
-  require(names_.count(l.name) == 0, "layer name '", l.name, "' is used twice");
+  require(!name.empty(), "a layer needs a name");
+  require(names_.count(name) == 0, "layer name '", name, "' is used twice");
+}
+
+int Graph::add_layer(LayerSpec l) {
+  check_new(l.name);
   for (int in : l.inputs) {
     const LayerSpec& src = at(in, l.name.c_str());
     require(src.kind != LayerKind::kSoftmaxXent, "layer '", l.name, "': a loss cannot feed another layer");
@@ -84,6 +88,7 @@ void check_window(const std::string& name, const char* kind, const Shape& in, co
 }  // namespace
 
 int Graph::conv(int in, const std::string& name, int out_channels, const ConvOptions& o) {
+  check_new(name);
   const Shape& s = image_input(at(in, name.c_str()), name, "conv");
   require(out_channels > 0 && o.groups > 0, "layer '", name, "': conv needs positive out_channels and groups");
   require(s[0] % o.groups == 0 && out_channels % o.groups == 0, "layer '", name, "': channel mismatch: ", s[0],
@@ -106,6 +111,7 @@ int Graph::conv(int in, const std::string& name, int out_channels, const ConvOpt
 }
 
 int Graph::dense(int in, const std::string& name, int out_features, bool bias) {
+  check_new(name);
   const LayerSpec& src = at(in, name.c_str());
   require(src.shape.size() == 1, "layer '", name, "': dense needs a flat input {F}, but '", src.name, "' gives ",
           shape_string(src.shape), "; add a flatten layer before it");
@@ -124,6 +130,7 @@ int Graph::dense(int in, const std::string& name, int out_features, bool bias) {
 }
 
 int Graph::batch_norm(int in, const std::string& name, float eps, float momentum) {
+  check_new(name);
   const LayerSpec& src = at(in, name.c_str());
   require(eps > 0 && momentum >= 0 && momentum <= 1, "layer '", name,
           "': batch norm needs eps > 0 and momentum in [0, 1]");

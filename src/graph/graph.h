@@ -109,6 +109,7 @@ class Graph {
   int add_param(const std::string& name, const Shape& shape);
   const backend::LayerSpec& at(int index, const char* what) const;
   void check_open() const;
+  void check_new(const std::string& name) const;
 
   backend::NetSpec spec_;
   std::vector<Parameter> params_, states_;
