@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "core/threads.h"
 #include "kernels/dropout.h"
 #include "kernels/softmax_xent.h"
 
@@ -82,6 +83,8 @@ class CpuPlan final : public Plan {
  public:
   CpuPlan(const NetSpec& spec, const Bindings& bind, const PlanOptions& opt, int threads)
       : eng_(dnnl::engine::kind::cpu, 0), stream_(eng_), spec_(spec), bind_(bind), opt_(opt), threads_(threads) {
+    const int loop_threads = threads_ > 0 ? threads_ : omp_get_max_threads();
+    if (loop_threads > 1) pool_ = std::make_unique<ThreadPool>(loop_threads - 1);
     build();
   }
 
@@ -151,7 +154,14 @@ class CpuPlan final : public Plan {
       v.diff = m;
     } else if (!v.diff) {
       v.diff = memory(m.get_desc(), eng_);
-      items.push_back({dnnl::reorder(m, v.diff), {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, v.diff}}, {}});
+      memory to = v.diff;
+      items.push_back({{}, {}, [this, m, to] {
+                         const float* a = static_cast<const float*>(m.get_data_handle());
+                         float* b = static_cast<float*>(to.get_data_handle());
+                         for_chunks(floats(m), [&](int64_t lo, int64_t hi) {
+                           std::memcpy(b + lo, a + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+                         });
+                       }});
     } else {
       accumulate(items, m, v);
     }
@@ -184,9 +194,34 @@ class CpuPlan final : public Plan {
                      }});
   }
   void exec(const Items& items) { run(items); }
+  static int64_t floats(const memory& m) { return static_cast<int64_t>(m.get_desc().get_size() / sizeof(float)); }
+  // fn(begin, end) over [0, n), split across the plan's threads (cache-line aligned).
+  void for_chunks(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+    if (!pool_ || n < (1 << 14)) {
+      fn(0, n);
+      return;
+    }
+    const int64_t parts = pool_->size() + 1;
+    const int64_t chunk = ((n + parts - 1) / parts + 15) / 16 * 16;
+    pool_->parallel_for(static_cast<size_t>(parts), [&](size_t i) {
+      const int64_t lo = static_cast<int64_t>(i) * chunk, hi = std::min(n, lo + chunk);
+      if (lo < hi) fn(lo, hi);
+    });
+  }
 
  private:
   void accumulate(Items& items, const memory& from, Val& v) {
+    if (from.get_desc() == v.diff.get_desc()) {  // same layout: a vectorised loop
+      memory to = v.diff;
+      items.push_back({{}, {}, [this, from, to] {
+                         const float* a = static_cast<const float*>(from.get_data_handle());
+                         float* b = static_cast<float*>(to.get_data_handle());
+                         for_chunks(floats(from), [&](int64_t lo, int64_t hi) {
+                           for (int64_t i = lo; i < hi; ++i) b[i] += a[i];
+                         });
+                       }});
+      return;
+    }
     dnnl::post_ops po;
     po.append_sum(1.f);
     dnnl::primitive_attr attr;
@@ -228,6 +263,7 @@ class CpuPlan final : public Plan {
   void build();
 
   int threads_;
+  std::unique_ptr<ThreadPool> pool_;  // element-wise loops (oneDNN runs on OpenMP)
   std::vector<std::unique_ptr<CpuLayer>> layers_;
   Items fwd_, bwd_;
 };
@@ -397,11 +433,14 @@ class DenseLayer final : public WeightedLayer<dnnl::inner_product_forward, dnnl:
 // floats each.
 class BatchNormLayer final : public CpuLayer {
  public:
-  using CpuLayer::CpuLayer;
+  // fuse_relu: the relu that follows is applied here (one pass less each way).
+  BatchNormLayer(CpuPlan& plan, const LayerSpec& spec, int index, bool fuse_relu)
+      : CpuLayer(plan, spec, index), fuse_relu_(fuse_relu) {}
   void build_forward() override {
     using F = dnnl::batch_normalization_forward;
     md_ = in().mem.get_desc();
     auto flags = dnnl::normalization_flags::use_scale_shift;
+    if (fuse_relu_) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
     if (!training()) flags = flags | dnnl::normalization_flags::use_global_stats;
     flags_ = flags;
     pd_ = F::primitive_desc(F::desc(fwd_prop(training()), md_, spec_.eps, flags), eng());
@@ -424,13 +463,16 @@ class BatchNormLayer final : public CpuLayer {
       mean_ = memory(cmd, eng(), st(0));
       var_ = memory(cmd, eng(), st(1));
     }
-    fwd.push_back({F(pd_),
-                   {{DNNL_ARG_SRC, in().mem},
-                    {DNNL_ARG_DST, out().mem},
-                    {DNNL_ARG_SCALE_SHIFT, ss_},
-                    {DNNL_ARG_MEAN, mean_},
-                    {DNNL_ARG_VARIANCE, var_}},
-                   {}});
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in().mem},
+                                         {DNNL_ARG_DST, out().mem},
+                                         {DNNL_ARG_SCALE_SHIFT, ss_},
+                                         {DNNL_ARG_MEAN, mean_},
+                                         {DNNL_ARG_VARIANCE, var_}};
+    if (fuse_relu_ && training()) {
+      ws_ = memory(pd_.workspace_desc(), eng());
+      args[DNNL_ARG_WORKSPACE] = ws_;
+    }
+    fwd.push_back({F(pd_), args, {}});
     if (!training()) return;
     int64_t count = 1;
     for (size_t i = 0; i < out().shape.size(); ++i)
@@ -455,15 +497,12 @@ class BatchNormLayer final : public CpuLayer {
     memory dd = plan_.diff_source(bwd, out(), bpd.diff_dst_desc());
     memory dss(bpd.diff_weights_desc(), eng());
     memory ds = in().needs_grad ? plan_.diff_target(post, in(), bpd.diff_src_desc()) : memory(bpd.diff_src_desc(), eng());
-    bwd.push_back({B(bpd),
-                   {{DNNL_ARG_SRC, in().mem},
-                    {DNNL_ARG_MEAN, mean_},
-                    {DNNL_ARG_VARIANCE, var_},
-                    {DNNL_ARG_DIFF_DST, dd},
-                    {DNNL_ARG_SCALE_SHIFT, ss_},
-                    {DNNL_ARG_DIFF_SRC, ds},
-                    {DNNL_ARG_DIFF_SCALE_SHIFT, dss}},
-                   {}});
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in().mem},   {DNNL_ARG_MEAN, mean_},
+                                         {DNNL_ARG_VARIANCE, var_},  {DNNL_ARG_DIFF_DST, dd},
+                                         {DNNL_ARG_SCALE_SHIFT, ss_}, {DNNL_ARG_DIFF_SRC, ds},
+                                         {DNNL_ARG_DIFF_SCALE_SHIFT, dss}};
+    if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
+    bwd.push_back({B(bpd), args, {}});
     float* dscale = param(plan_.bind_.grads, 0);
     float* dshift = param(plan_.bind_.grads, 1);
     const int64_t c = out().shape[1];
@@ -481,10 +520,11 @@ class BatchNormLayer final : public CpuLayer {
   float* param(const std::vector<float*>& v, int i) const {
     return v[static_cast<size_t>(spec_.params[static_cast<size_t>(i)])];
   }
+  bool fuse_relu_;
   memory::desc md_;
   dnnl::normalization_flags flags_{};
   dnnl::batch_normalization_forward::primitive_desc pd_;
-  memory ss_, mean_, var_;
+  memory ss_, mean_, var_, ws_;
 };
 
 class PoolLayer final : public CpuLayer {
@@ -646,6 +686,18 @@ class ActLayer final : public CpuLayer {
   dnnl::eltwise_forward::primitive_desc pd_;
 };
 
+// A layer whose work another layer does (a relu fused into the batch norm before
+// it): its output and gradient are its input's.
+class PassLayer final : public CpuLayer {
+ public:
+  using CpuLayer::CpuLayer;
+  void build_forward() override { out().mem = in().mem; }
+  void build_backward() override {
+    if (!in().needs_grad) return;
+    plan_.deliver(bwd, in(), plan_.diff_source(bwd, out(), in().mem.get_desc()), true);
+  }
+};
+
 class DropoutLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
@@ -674,10 +726,12 @@ class DropoutLayer final : public CpuLayer {
 
  private:
   void apply(const memory& src, const memory& dst) const {
-    const int64_t n = static_cast<int64_t>(src.get_desc().get_size() / sizeof(float));
     const uint64_t stream = (plan_.step_ << 20) ^ static_cast<uint64_t>(index_);
-    kernels::dropout_apply(static_cast<const float*>(src.get_data_handle()), static_cast<float*>(dst.get_data_handle()),
-                           n, 0, stream, plan_.opt_.seed, spec_.p);
+    const float* x = static_cast<const float*>(src.get_data_handle());
+    float* y = static_cast<float*>(dst.get_data_handle());
+    plan_.for_chunks(CpuPlan::floats(src), [&](int64_t lo, int64_t hi) {
+      kernels::dropout_apply(x + lo, y + lo, hi - lo, static_cast<uint64_t>(lo), stream, plan_.opt_.seed, spec_.p);
+    });
   }
   bool identity_ = false;
 };
@@ -752,10 +806,24 @@ class AddLayer final : public CpuLayer {
       srcs.push_back(md);
       args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = m;
     }
-    dnnl::sum::primitive_desc pd(md, std::vector<float>(srcs.size(), 1.f), srcs, eng());
     out().mem = memory(md, eng());
-    args[DNNL_ARG_DST] = out().mem;
-    fwd.push_back({dnnl::sum(pd), args, {}});
+    // One vectorised pass over the buffers (oneDNN's sum is a slow generic kernel for
+    // blocked layouts).
+    std::vector<memory> ins;
+    for (size_t i = 0; i < srcs.size(); ++i) ins.push_back(args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)]);
+    memory dst = out().mem;
+    fwd.push_back({{}, {}, [this, ins, dst] {
+                     float* y = static_cast<float*>(dst.get_data_handle());
+                     const float* a = static_cast<const float*>(ins[0].get_data_handle());
+                     const float* b = static_cast<const float*>(ins[1].get_data_handle());
+                     plan_.for_chunks(CpuPlan::floats(dst), [&](int64_t lo, int64_t hi) {
+                       for (int64_t i = lo; i < hi; ++i) y[i] = a[i] + b[i];
+                       for (size_t k = 2; k < ins.size(); ++k) {
+                         const float* c = static_cast<const float*>(ins[k].get_data_handle());
+                         for (int64_t i = lo; i < hi; ++i) y[i] += c[i];
+                       }
+                     });
+                   }});
   }
   void build_backward() override {
     memory dd = plan_.diff_source(bwd, out(), out().mem.get_desc());
@@ -913,6 +981,14 @@ void CpuPlan::build() {
     vals_[i].needs_grad = needs && opt_.training;
   }
   for (size_t i = 0; i < n; ++i) vals_[i].consumers = consumers[i];
+  // batch norm → relu pairs where the relu is the norm's only consumer
+  std::vector<bool> fused(n, false);
+  for (size_t i = 1; i < n; ++i) {
+    const LayerSpec& l = spec_.layers[i];
+    if (l.kind != LayerKind::kActivation || l.act != ActKind::kRelu || l.inputs.size() != 1) continue;
+    const size_t src = static_cast<size_t>(l.inputs[0]);
+    if (spec_.layers[src].kind == LayerKind::kBatchNorm && consumers[src] == 1) fused[src] = true;
+  }
   for (size_t i = 0; i < n; ++i) {
     const LayerSpec& l = spec_.layers[i];
     const int idx = static_cast<int>(i);
@@ -921,13 +997,18 @@ void CpuPlan::build() {
       case LayerKind::kInput: layer = std::make_unique<InputLayer>(*this, l, idx); break;
       case LayerKind::kConv: layer = std::make_unique<ConvLayer>(*this, l, idx); break;
       case LayerKind::kDense: layer = std::make_unique<DenseLayer>(*this, l, idx); break;
-      case LayerKind::kBatchNorm: layer = std::make_unique<BatchNormLayer>(*this, l, idx); break;
+      case LayerKind::kBatchNorm:
+        layer = std::make_unique<BatchNormLayer>(*this, l, idx, fused[i]);
+        break;
       case LayerKind::kMaxPool:
       case LayerKind::kAvgPool:
       case LayerKind::kGlobalAvgPool: layer = std::make_unique<PoolLayer>(*this, l, idx); break;
       case LayerKind::kLrn: layer = std::make_unique<LrnLayer>(*this, l, idx); break;
       case LayerKind::kActivation:
-        layer = std::make_unique<ActLayer>(*this, l, idx, relu_in_place(spec_, consumers, i));
+        if (l.inputs.size() == 1 && fused[static_cast<size_t>(l.inputs[0])])
+          layer = std::make_unique<PassLayer>(*this, l, idx);
+        else
+          layer = std::make_unique<ActLayer>(*this, l, idx, relu_in_place(spec_, consumers, i));
         break;
       case LayerKind::kDropout: layer = std::make_unique<DropoutLayer>(*this, l, idx); break;
       case LayerKind::kConcat: layer = std::make_unique<ConcatLayer>(*this, l, idx); break;

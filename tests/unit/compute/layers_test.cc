@@ -442,3 +442,31 @@ TEST(ShortcutA, SubsamplesAndPadsChannels) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(BatchNorm, FusedWithFollowingReluMatchesReference) {
+  const int n = 2, c = 16, h = 3, w = 3;
+  const double eps = 1e-5;
+  Graph g({c, h, w});
+  int b = g.batch_norm(g.input(), "bn", static_cast<float>(eps));
+  g.relu(b, "relu");
+  ref::Geo geo{n, c, h, w, 1, 1, 1, 0, 1};
+  ref::Vec x = ref::random_vec(n * c * h * w, 1, -2, 3), sc = ref::random_vec(c, 2), sh = ref::random_vec(c, 3);
+  ref::Vec dy = ref::random_vec(n * c * h * w, 4);
+  ref::Vec z = ref::bn_fwd(geo, x, sc, sh, eps), y(z.size()), dz(z.size());
+  for (size_t i = 0; i < z.size(); ++i) {
+    y[i] = z[i] > 0 ? z[i] : 0;
+    dz[i] = z[i] > 0 ? dy[i] : 0;
+  }
+  ref::Vec dx, dsc, dsh;
+  ref::bn_bwd(geo, x, sc, eps, dz, dx, dsc, dsh);
+  Result r = run(g, n, x, {sc, sh}, dy);
+  expect_close(r.y, y, "output");
+  expect_close(r.dx, dx, "input gradient");
+  expect_close(r.dparams[0], dsc, "scale gradient");
+  expect_close(r.dparams[1], dsh, "shift gradient");
+  expect_layouts_agree(g, n, x, {sc, sh}, dy);
+}
+
+}  // namespace
