@@ -57,4 +57,8 @@ class Backend {
 // The oneDNN CPU backend; `threads` > 0 sets the OpenMP thread count of its calls.
 std::shared_ptr<Backend> make_cpu_backend(int threads);
 
+// The CUDA backend on `device` (cuDNN + cuBLAS). Throws kUnsupported in builds
+// without CUDA, kCuda / kCudnn / kCublas when the device cannot be used.
+std::shared_ptr<Backend> make_cuda_backend(int device);
+
 }  // namespace cohort::backend

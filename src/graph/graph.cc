@@ -62,8 +62,8 @@ int Graph::add_layer(LayerSpec l) {
   return index;
 }
 
-int Graph::add_param(const std::string& name, const Shape& shape) {
-  params_.push_back({name, shape, {}, {}});
+int Graph::add_param(const std::string& name, const Shape& shape, Parameter::Init init) {
+  params_.push_back({name, shape, {}, {}, init});
   spec_.param_shapes.push_back(shape);
   return static_cast<int>(params_.size()) - 1;
 }
@@ -105,8 +105,8 @@ int Graph::conv(int in, const std::string& name, int out_channels, const ConvOpt
   l.shape = {out_channels, backend::window_out(s[1], o.kh, o.stride, o.pad, o.dilation, false),
              backend::window_out(s[2], o.kw, o.stride, o.pad, o.dilation, false)};
   check_open();
-  l.params.push_back(add_param(name + ".weight", {out_channels, s[0] / o.groups, o.kh, o.kw}));
-  if (o.bias) l.params.push_back(add_param(name + ".bias", {out_channels}));
+  l.params.push_back(add_param(name + ".weight", {out_channels, s[0] / o.groups, o.kh, o.kw}, Parameter::Init::kHeUniform));
+  if (o.bias) l.params.push_back(add_param(name + ".bias", {out_channels}, Parameter::Init::kZero));
   return add_layer(std::move(l));
 }
 
@@ -124,8 +124,8 @@ int Graph::dense(int in, const std::string& name, int out_features, bool bias) {
   l.bias = bias;
   l.shape = {out_features};
   check_open();
-  l.params.push_back(add_param(name + ".weight", {out_features, src.shape[0]}));
-  if (bias) l.params.push_back(add_param(name + ".bias", {out_features}));
+  l.params.push_back(add_param(name + ".weight", {out_features, src.shape[0]}, Parameter::Init::kHeUniform));
+  if (bias) l.params.push_back(add_param(name + ".bias", {out_features}, Parameter::Init::kZero));
   return add_layer(std::move(l));
 }
 
@@ -143,9 +143,10 @@ int Graph::batch_norm(int in, const std::string& name, float eps, float momentum
   l.momentum = momentum;
   const int64_t c = src.shape[0];
   check_open();
-  l.params = {add_param(name + ".weight", {c}), add_param(name + ".bias", {c})};
+  l.params = {add_param(name + ".weight", {c}, Parameter::Init::kOne),
+              add_param(name + ".bias", {c}, Parameter::Init::kZero)};
   for (const char* s : {".running_mean", ".running_var"}) {
-    states_.push_back({name + s, {c}, {}, {}});
+    states_.push_back({name + s, {c}, {}, {}, Parameter::Init::kZero});
     spec_.state_shapes.push_back({c});
     l.states.push_back(static_cast<int>(states_.size()) - 1);
   }
@@ -328,8 +329,7 @@ void Graph::materialize(uint64_t seed) {
     p.grad = Tensor::empty(p.shape, DType::kF32);
     float* v = p.value.data_as<float>();
     const int64_t n = p.value.numel();
-    const bool is_bn = p.name.size() > 7 && p.shape.size() == 1 && p.name.ends_with(".weight");
-    if (p.shape.size() >= 2) {
+    if (p.init == Parameter::Init::kHeUniform) {
       const int64_t fan_in = n / p.shape[0];
       const float bound = std::sqrt(6.f / static_cast<float>(fan_in));
       for (int64_t j = 0; j < n; ++j) {
@@ -337,7 +337,7 @@ void Graph::materialize(uint64_t seed) {
         v[j] = (2.f * kernels::uniform01(r.v[0]) - 1.f) * bound;
       }
     } else {
-      for (int64_t j = 0; j < n; ++j) v[j] = is_bn ? 1.f : 0.f;
+      for (int64_t j = 0; j < n; ++j) v[j] = p.init == Parameter::Init::kOne ? 1.f : 0.f;
     }
     bindings_.params.push_back(v);
     bindings_.grads.push_back(p.grad.data_as<float>());

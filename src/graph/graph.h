@@ -35,9 +35,11 @@ struct PoolOptions {
 };
 
 struct Parameter {
+  enum class Init { kHeUniform, kZero, kOne };
   std::string name;   // "layer1.0.conv1.weight"
   Shape shape;        // plain layout
   Tensor value, grad; // allocated by Graph::materialize()
+  Init init = Init::kHeUniform;
 };
 
 class Graph {
@@ -106,7 +108,7 @@ class Graph {
 
  private:
   int add_layer(backend::LayerSpec l);
-  int add_param(const std::string& name, const Shape& shape);
+  int add_param(const std::string& name, const Shape& shape, Parameter::Init init);
   const backend::LayerSpec& at(int index, const char* what) const;
   void check_open() const;
   void check_new(const std::string& name) const;

@@ -363,6 +363,10 @@ class ConvLayer final
                            dnnl::convolution_backward_weights> {
  public:
   using WeightedLayer::WeightedLayer;
+  void build_forward() override {
+    pr_ = pad_r(spec_.win, in().shape, out().shape);
+    WeightedLayer::build_forward();
+  }
 
  private:
   using F = dnnl::convolution_forward;
@@ -376,28 +380,26 @@ class ConvLayer final
     return {{g, o / g, i / g, w.kh, w.kw}, dt::f32, tag::goihw};
   }
   dims dil() const { return {spec_.win.dh - 1, spec_.win.dw - 1}; }
-  dims pr() { return pad_r(spec_.win, in().shape, out().shape); }
+  const dims& pr() const { return pr_; }
+  dims pr_;
   F::desc fwd_desc(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
                    const memory::desc& d) const override {
-    auto* self = const_cast<ConvLayer*>(this);
     if (spec_.bias)
       return F::desc(pk, dnnl::algorithm::convolution_direct, s, w, bias_md_, d, strides_of(spec_.win), dil(),
-                     pad_l(spec_.win), self->pr());
+                     pad_l(spec_.win), pr());
     return F::desc(pk, dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win),
-                   self->pr());
+                   pr());
   }
   BD::desc bwd_data_desc(const memory::desc& s, const memory::desc& w, const memory::desc& d) const override {
-    auto* self = const_cast<ConvLayer*>(this);
     return BD::desc(dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win),
-                    self->pr());
+                    pr());
   }
   BW::desc bwd_weights_desc(const memory::desc& s, const memory::desc& w, const memory::desc& d) const override {
-    auto* self = const_cast<ConvLayer*>(this);
     if (spec_.bias)
       return BW::desc(dnnl::algorithm::convolution_direct, s, w, bias_md_, d, strides_of(spec_.win), dil(),
-                      pad_l(spec_.win), self->pr());
+                      pad_l(spec_.win), pr());
     return BW::desc(dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win),
-                    self->pr());
+                    pr());
   }
 };
 

@@ -1,0 +1,30 @@
+// The CUDA backend where a GPU is present; SKIPPED (exit code 77) where none is.
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+#include "backend/device_probe.h"
+#include "core/status.h"
+
+namespace {
+
+TEST(CudaBackend, CreatesHandlesAndReportsNetworksUnsupported) {
+  const cohort::CudaProbe probe = cohort::probe_cuda();
+  if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
+  auto backend = cohort::backend::make_cuda_backend(0);
+  EXPECT_EQ(backend->name(), "cuda:0");
+  try {
+    backend->compile({}, {}, {});
+    FAIL() << "no error";
+  } catch (const cohort::Error& e) {
+    EXPECT_EQ(e.code(), cohort::Code::kUnsupported);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rc = RUN_ALL_TESTS();
+  const auto* unit = ::testing::UnitTest::GetInstance();
+  return rc == 0 && unit->skipped_test_count() > 0 && unit->successful_test_count() == 0 ? 77 : rc;
+}
