@@ -128,8 +128,9 @@ COHORT_API cohort_status_t cohort_config_source(const cohort_config_t* config, c
  * @param[out] out_argc Number of arguments handed back; may be NULL.
  * @param[out] out_argv Array of at least @p argc pointers, receiving borrowed pointers
  *   into @p argv; may be NULL.
- * @return ::COHORT_ERR_INVALID_ARGUMENT on the first bad value or missing value (the
- *   message names the flag); values consumed before it stay set.
+ * @return ::COHORT_ERR_INVALID_ARGUMENT on the first bad or missing value, or an
+ *   unknown option under ::COHORT_PARSE_STRICT (the message names the flag); the config
+ *   and the outputs are then unchanged.
  */
 COHORT_API cohort_status_t cohort_config_parse_args(cohort_config_t* config, int argc, char** argv,
                                                     unsigned flags, int* out_argc, char** out_argv);
