@@ -14,6 +14,8 @@
 
 #include "cohort/version.h"
 
+/** @def COHORT_API
+ *  Marks a function as part of cohort's exported C API. */
 #if defined(_WIN32)
 #  if defined(COHORT_BUILDING_LIBRARY)
 #    define COHORT_API __declspec(dllexport)
@@ -24,7 +26,8 @@
 #  define COHORT_API __attribute__((visibility("default")))
 #endif
 
-/** Marks a function as deprecated and names its replacement. */
+/** @def COHORT_DEPRECATED
+ *  Marks a function as deprecated and names its replacement. */
 #if defined(__GNUC__) || defined(__clang__)
 #  define COHORT_DEPRECATED(replacement) __attribute__((deprecated("use " #replacement " instead")))
 #else
