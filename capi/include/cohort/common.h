@@ -64,7 +64,8 @@ typedef enum cohort_status_t {
   COHORT_ERR_CUDNN = 302,            /**< A cuDNN call failed. */
   COHORT_ERR_CUBLAS = 303,           /**< A cuBLAS call failed. */
   COHORT_ERR_JPEG = 400,             /**< libjpeg-turbo could not decode an image. */
-  COHORT_ERR_DNNL = 500              /**< A oneDNN call failed. */
+  COHORT_ERR_DNNL = 500,             /**< A oneDNN call failed. */
+  COHORT_STATUS_MAX_ENUM = 0x7FFFFFFF /**< Not a status: keeps the enum 32-bit for any value. */
 } cohort_status_t;
 
 /**

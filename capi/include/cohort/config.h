@@ -30,14 +30,16 @@ typedef enum cohort_option_type_t {
   COHORT_OPTION_FLOAT = 1,   /**< A double within [min, max]. */
   COHORT_OPTION_BOOL = 2,    /**< true/false, 1/0, yes/no, on/off. */
   COHORT_OPTION_STRING = 3,  /**< Free text (paths, names). */
-  COHORT_OPTION_CHOICE = 4   /**< One of a fixed list of words (see choices). */
+  COHORT_OPTION_CHOICE = 4,  /**< One of a fixed list of words (see choices). */
+  COHORT_OPTION_TYPE_MAX_ENUM = 0x7FFFFFFF /**< Not a type: keeps the enum 32-bit. */
 } cohort_option_type_t;
 
 /** Where a value returned by a getter came from. */
 typedef enum cohort_option_source_t {
   COHORT_SOURCE_DEFAULT = 0,     /**< The registry's default. */
   COHORT_SOURCE_ENVIRONMENT = 1, /**< The variable COHORT_<KEY>. */
-  COHORT_SOURCE_EXPLICIT = 2     /**< cohort_config_set*() or cohort_config_parse_args(). */
+  COHORT_SOURCE_EXPLICIT = 2,    /**< cohort_config_set*() or cohort_config_parse_args(). */
+  COHORT_SOURCE_MAX_ENUM = 0x7FFFFFFF /**< Not a source: keeps the enum 32-bit. */
 } cohort_option_source_t;
 
 /** Description of one option, filled by cohort_option_describe(). */

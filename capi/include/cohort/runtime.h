@@ -24,8 +24,9 @@ typedef struct cohort_runtime_t cohort_runtime_t;
 
 /** Kind of compute device a runtime uses. */
 typedef enum cohort_device_type_t {
-  COHORT_DEVICE_CPU = 0,
-  COHORT_DEVICE_CUDA = 1
+  COHORT_DEVICE_CPU = 0,  /**< The host CPU (oneDNN). */
+  COHORT_DEVICE_CUDA = 1, /**< An NVIDIA GPU (cuDNN, cuBLAS, NCCL). */
+  COHORT_DEVICE_MAX_ENUM = 0x7FFFFFFF /**< Not a device: keeps the enum 32-bit. */
 } cohort_device_type_t;
 
 /** What a runtime sees, filled by cohort_runtime_info(). */
