@@ -1,10 +1,10 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 /* The configuration part of the C API, every error path included. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -46,8 +46,7 @@ static void create_and_destroy_null(void** state) {
   assert_error(cohort_config_create(NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_create", "out is NULL");
   cohort_config_destroy(NULL);
   cohort_config_t* copy = NULL;
-  assert_error(cohort_config_clone(NULL, &copy), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_clone",
-               "config is NULL");
+  assert_error(cohort_config_clone(NULL, &copy), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_clone", "config is NULL");
 }
 
 static void set_and_get_typed(void** state) {
@@ -97,19 +96,17 @@ static void environment_applies_below_explicit(void** state) {
   assert_int_equal(i, 12);
   assert_int_equal(cohort_config_unset(cfg, "batch_size"), COHORT_OK);
   setenv("COHORT_BATCH_SIZE", "many", 1);
-  assert_error(cohort_config_get_int(cfg, "batch_size", &i), COHORT_ERR_INVALID_ARGUMENT,
-               "cohort_config_get_int", "environment variable COHORT_BATCH_SIZE: invalid value 'many'");
+  assert_error(cohort_config_get_int(cfg, "batch_size", &i), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_get_int",
+               "environment variable COHORT_BATCH_SIZE: invalid value 'many'");
   unsetenv("COHORT_BATCH_SIZE");
 }
 
 static void set_errors(void** state) {
   cohort_config_t* cfg = *state;
   int64_t i = 0;
-  assert_error(cohort_config_set(NULL, "lr", "1"), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set",
-               "config is NULL");
+  assert_error(cohort_config_set(NULL, "lr", "1"), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set", "config is NULL");
   assert_error(cohort_config_set(cfg, NULL, "1"), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set", "key is NULL");
-  assert_error(cohort_config_set(cfg, "lr", NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set",
-               "value is NULL");
+  assert_error(cohort_config_set(cfg, "lr", NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set", "value is NULL");
   assert_error(cohort_config_set(cfg, "batchsize", "1"), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set",
                "unknown option 'batchsize'; did you mean 'batch_size'?");
   assert_error(cohort_config_set(cfg, "batch_size", "0"), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set",
@@ -118,8 +115,8 @@ static void set_errors(void** state) {
                "expected one of f32|f16|bf16 (also fp32");
   assert_error(cohort_config_set_int(cfg, "precision", 3), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set_int",
                "'precision' is not a number");
-  assert_error(cohort_config_set_float(cfg, "json", 1.0), COHORT_ERR_INVALID_ARGUMENT,
-               "cohort_config_set_float", "'json' is not a number");
+  assert_error(cohort_config_set_float(cfg, "json", 1.0), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set_float",
+               "'json' is not a number");
   assert_error(cohort_config_set_bool(cfg, "lr", 1), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set_bool",
                "'lr' is not a bool");
   assert_error(cohort_config_set_float(cfg, "lr", -1.0), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_set_float",
@@ -146,14 +143,14 @@ static void get_errors(void** state) {
   assert_error(cohort_config_get(cfg, "precision", small, sizeof small, &needed), COHORT_ERR_INVALID_ARGUMENT,
                "cohort_config_get", "too small: 4 bytes are needed");
   assert_int_equal(needed, 4);
-  assert_error(cohort_config_get(cfg, "precision", NULL, 8, &needed), COHORT_ERR_INVALID_ARGUMENT,
-               "cohort_config_get", "buffer is NULL but size is 8");
+  assert_error(cohort_config_get(cfg, "precision", NULL, 8, &needed), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_get",
+               "buffer is NULL but size is 8");
   assert_error(cohort_config_get(cfg, "nope", small, sizeof small, NULL), COHORT_ERR_INVALID_ARGUMENT,
                "cohort_config_get", "unknown option 'nope'");
   assert_error(cohort_config_get_int(cfg, "precision", &i), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_get_int",
                "'precision' is not an integer");
-  assert_error(cohort_config_get_int(cfg, "batch_size", NULL), COHORT_ERR_INVALID_ARGUMENT,
-               "cohort_config_get_int", "value is NULL");
+  assert_error(cohort_config_get_int(cfg, "batch_size", NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_get_int",
+               "value is NULL");
   assert_error(cohort_config_get_float(cfg, "json", &d), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_get_float",
                "'json' is not a number");
   assert_error(cohort_config_get_bool(cfg, "lr", &b), COHORT_ERR_INVALID_ARGUMENT, "cohort_config_get_bool",
@@ -200,9 +197,8 @@ static void parse_args_errors_leave_config_unchanged(void** state) {
   assert_int_equal(i, 64);
   assert_error(cohort_config_parse_args(cfg, 2, missing, 0, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,
                "cohort_config_parse_args", "flag --batch_size: missing value");
-  assert_error(cohort_config_parse_args(cfg, 3, unknown, COHORT_PARSE_STRICT, NULL, NULL),
-               COHORT_ERR_INVALID_ARGUMENT, "cohort_config_parse_args",
-               "unknown flag '--reader-thread'; did you mean '--reader_threads'?");
+  assert_error(cohort_config_parse_args(cfg, 3, unknown, COHORT_PARSE_STRICT, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_config_parse_args", "unknown flag '--reader-thread'; did you mean '--reader_threads'?");
   assert_int_equal(cohort_config_get_int(cfg, "batch_size", &i), COHORT_OK);
   assert_int_equal(i, 64);
   assert_error(cohort_config_parse_args(cfg, 2, null_entry, 0, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,

@@ -1,11 +1,11 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 /* The runtime part of the C API on a single rank (no mpirun), every error path
  * included. Runs as one process: the finalize tests come last. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -96,11 +96,9 @@ static void info_and_query_errors(void** state) {
   char tiny[2];
   size_t needed = 0;
   cohort_config_t* out = NULL;
-  assert_error(cohort_runtime_create(NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_create",
-               "out is NULL");
+  assert_error(cohort_runtime_create(NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_create", "out is NULL");
   assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
-  assert_error(cohort_runtime_info(NULL, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_info",
-               "runtime is NULL");
+  assert_error(cohort_runtime_info(NULL, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_info", "runtime is NULL");
   assert_error(cohort_runtime_info(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_info", "info is NULL");
   info.struct_size = 3;
   assert_error(cohort_runtime_info(rt, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_info",
@@ -112,22 +110,18 @@ static void info_and_query_errors(void** state) {
   assert_int_equal(info.size, 1);
   assert_int_equal(info.local_rank, -77);
   assert_error(cohort_runtime_rank(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_rank", "rank is NULL");
-  assert_error(cohort_runtime_rank(NULL, &v), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_rank",
-               "runtime is NULL");
+  assert_error(cohort_runtime_rank(NULL, &v), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_rank", "runtime is NULL");
   assert_error(cohort_runtime_size(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_size", "size is NULL");
-  assert_error(cohort_runtime_size(NULL, &v), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_size",
-               "runtime is NULL");
+  assert_error(cohort_runtime_size(NULL, &v), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_size", "runtime is NULL");
   assert_error(cohort_runtime_device(rt, tiny, sizeof tiny, &needed), COHORT_ERR_INVALID_ARGUMENT,
                "cohort_runtime_device", "too small");
   assert_true(needed >= 4);
   assert_error(cohort_runtime_device(NULL, tiny, sizeof tiny, &needed), COHORT_ERR_INVALID_ARGUMENT,
                "cohort_runtime_device", "runtime is NULL");
-  assert_error(cohort_runtime_config(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_config",
-               "out is NULL");
+  assert_error(cohort_runtime_config(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_config", "out is NULL");
   assert_error(cohort_runtime_config(NULL, &out), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_config",
                "runtime is NULL");
-  assert_error(cohort_runtime_barrier(NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_barrier",
-               "runtime is NULL");
+  assert_error(cohort_runtime_barrier(NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_barrier", "runtime is NULL");
   cohort_runtime_destroy(rt);
 }
 

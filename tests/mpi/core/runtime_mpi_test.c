@@ -11,13 +11,13 @@
 static int g_failures = 0;
 static int g_rank = -1;
 
-#define CHECK(cond)                                                                              \
-  do {                                                                                           \
-    if (!(cond)) {                                                                               \
+#define CHECK(cond)                                                                                 \
+  do {                                                                                              \
+    if (!(cond)) {                                                                                  \
       fprintf(stderr, "rank %d: %s:%d: check failed: %s (%s)\n", g_rank, __FILE__, __LINE__, #cond, \
-              cohort_last_error());                                                              \
-      g_failures++;                                                                              \
-    }                                                                                            \
+              cohort_last_error());                                                                 \
+      g_failures++;                                                                                 \
+    }                                                                                               \
   } while (0)
 
 static void check_layout(cohort_runtime_t* rt) {

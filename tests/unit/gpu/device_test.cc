@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "backend/device_probe.h"
-#include "core/status.h"
 #include "core/config.h"
+#include "core/status.h"
 #include "runtime/runtime.h"
 
 namespace cohort {
