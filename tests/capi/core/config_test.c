@@ -1,10 +1,10 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 /* The configuration part of the C API, every error path included. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
 /* cohort respects an MPI the program initialised itself: it uses it, never
  * finalises it, and refuses a thread level below MPI_THREAD_SERIALIZED.
  * argv[1] is the thread level the program asks for: "single" or "multiple". */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
 
 #include <mpi.h>
 #include <string.h>

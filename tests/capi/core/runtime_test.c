@@ -1,11 +1,11 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 /* The runtime part of the C API on a single rank (no mpirun), every error path
  * included. Runs as one process: the finalize tests come last. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <cmocka.h>
 
 #include <stdlib.h>
 #include <string.h>
