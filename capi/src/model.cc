@@ -75,8 +75,7 @@ class Params {
     std::string item;
     while (in >> item) {
       auto eq = item.find('=');
-      require(eq != std::string::npos && eq > 0, "layer '", layer, "': parameter '", item,
-              "' is not key=value");
+      require(eq != std::string::npos && eq > 0, "layer '", layer, "': parameter '", item, "' is not key=value");
       values_[item.substr(0, eq)] = item.substr(eq + 1);
     }
   }
@@ -147,18 +146,19 @@ int add_layer(Graph& g, const std::string& kind, const std::string& name, const 
   };
   if (kind == "conv") {
     const int k = p.integer("kernel", 3);
-    ConvOptions o{p.integer("kh", k),       p.integer("kw", k),      p.integer("stride", 1),
-                  p.integer("pad", 0),      p.integer("dilation", 1), p.integer("groups", 1),
-                  p.integer("bias", 1) != 0};
+    ConvOptions o{p.integer("kh", k),       p.integer("kw", k),     p.integer("stride", 1),   p.integer("pad", 0),
+                  p.integer("dilation", 1), p.integer("groups", 1), p.integer("bias", 1) != 0};
     return g.conv(one(), name, p.required("out"), o);
   }
   if (kind == "dense") return g.dense(one(), name, p.required("out"), p.integer("bias", 1) != 0);
   if (kind == "batch_norm")
-    return g.batch_norm(one(), name, static_cast<float>(p.num("eps", 1e-5)), static_cast<float>(p.num("momentum", 0.1)));
+    return g.batch_norm(one(), name, static_cast<float>(p.num("eps", 1e-5)),
+                        static_cast<float>(p.num("momentum", 0.1)));
   if (kind == "relu") return g.activation(one(), name, ActKind::kRelu);
   if (kind == "tanh") return g.activation(one(), name, ActKind::kTanh);
   if (kind == "sigmoid") return g.activation(one(), name, ActKind::kSigmoid);
-  if (kind == "leaky_relu") return g.activation(one(), name, ActKind::kLeakyRelu, static_cast<float>(p.num("alpha", 0.01)));
+  if (kind == "leaky_relu")
+    return g.activation(one(), name, ActKind::kLeakyRelu, static_cast<float>(p.num("alpha", 0.01)));
   if (kind == "elu") return g.activation(one(), name, ActKind::kElu, static_cast<float>(p.num("alpha", 1.0)));
   if (kind == "max_pool" || kind == "avg_pool") {
     const int k = p.integer("kernel", 2);
@@ -208,8 +208,8 @@ int64_t check_images(const cohort_model_t& m, const DLTensor* images) {
     want.insert(want.end(), {in[1], in[2], in[0]});
   else
     want.insert(want.end(), in.begin(), in.end());
-  require(n > 0 && Shape(images->shape, images->shape + images->ndim) == want, "images have shape ",
-          dims_of(images), " but the model takes ", shape_string(want),
+  require(n > 0 && Shape(images->shape, images->shape + images->ndim) == want, "images have shape ", dims_of(images),
+          " but the model takes ", shape_string(want),
           in.size() == 3 ? (m.layout == Layout::kNHWC ? " (data_format=NHWC)" : " (data_format=NCHW)") : "");
   return n;
 }
@@ -218,8 +218,7 @@ const int32_t* check_labels(const DLTensor* labels, int64_t n) {
   need(labels, "labels");
   require(labels->device.device_type == kDLCPU || labels->device.device_type == kDLCUDAHost,
           "labels must be host memory (kDLCPU)");
-  require(labels->dtype.code == kDLInt && labels->dtype.bits == 32 && labels->dtype.lanes == 1,
-          "labels must be int32");
+  require(labels->dtype.code == kDLInt && labels->dtype.bits == 32 && labels->dtype.lanes == 1, "labels must be int32");
   require(labels->ndim == 1 && labels->shape[0] == n, "labels must have shape [", n, "], got ", dims_of(labels));
   require(!labels->strides || labels->strides[0] == 1, "labels must be compact");
   require(labels->data != nullptr, "labels->data is NULL");
@@ -310,8 +309,8 @@ COHORT_API cohort_status_t cohort_model_num_tensors(const cohort_model_t* model,
   return guard("cohort_model_num_tensors", [&] { *need(count, "count") = live(model).graph->params().size(); });
 }
 
-COHORT_API cohort_status_t cohort_model_param(cohort_model_t* model, size_t index, const char** name,
-                                              DLTensor* value, DLTensor* grad) {
+COHORT_API cohort_status_t cohort_model_param(cohort_model_t* model, size_t index, const char** name, DLTensor* value,
+                                              DLTensor* grad) {
   return guard("cohort_model_param", [&] {
     cohort_model_t& m = live(model);
     const size_t n = m.graph->params().size();

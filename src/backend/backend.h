@@ -50,8 +50,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
   // Throws kInvalidArgument for a spec the backend cannot run.
-  virtual std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings,
-                                        const PlanOptions& options) = 0;
+  virtual std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings, const PlanOptions& options) = 0;
 };
 
 // The oneDNN CPU backend; `threads` > 0 sets the OpenMP thread count of its calls.

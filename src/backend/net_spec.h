@@ -54,8 +54,8 @@ struct LayerSpec {
   int groups = 1;
   bool bias = true;
   ActKind act = ActKind::kRelu;
-  float alpha = 0.f;  // leaky relu slope, elu alpha
-  float p = 0.f;      // dropout probability
+  float alpha = 0.f;                   // leaky relu slope, elu alpha
+  float p = 0.f;                       // dropout probability
   float eps = 1e-5f, momentum = 0.1f;  // batch norm
   int lrn_size = 5;
   float lrn_alpha = 1e-4f, lrn_beta = 0.75f, lrn_k = 1.f;

@@ -77,8 +77,8 @@ const Shape& image_input(const LayerSpec& src, const std::string& name, const ch
 }
 
 void check_window(const std::string& name, const char* kind, const Shape& in, const backend::Window& w) {
-  require(w.kh > 0 && w.kw > 0 && w.sh > 0 && w.sw > 0 && w.dh > 0 && w.dw > 0 && w.ph >= 0 && w.pw >= 0,
-          "layer '", name, "': ", kind, " kernel, stride and dilation must be positive and padding non-negative");
+  require(w.kh > 0 && w.kw > 0 && w.sh > 0 && w.sw > 0 && w.dh > 0 && w.dw > 0 && w.ph >= 0 && w.pw >= 0, "layer '",
+          name, "': ", kind, " kernel, stride and dilation must be positive and padding non-negative");
   const int64_t eh = static_cast<int64_t>(w.dh) * (w.kh - 1) + 1, ew = static_cast<int64_t>(w.dw) * (w.kw - 1) + 1;
   require(eh <= in[1] + 2 * w.ph && ew <= in[2] + 2 * w.pw, "layer '", name, "': ", kind, " kernel ", eh, "x", ew,
           " is larger than its padded input ", in[1] + 2 * w.ph, "x", in[2] + 2 * w.pw, " (input ", in[1], "x", in[2],
@@ -105,7 +105,8 @@ int Graph::conv(int in, const std::string& name, int out_channels, const ConvOpt
   l.shape = {out_channels, backend::window_out(s[1], o.kh, o.stride, o.pad, o.dilation, false),
              backend::window_out(s[2], o.kw, o.stride, o.pad, o.dilation, false)};
   check_open();
-  l.params.push_back(add_param(name + ".weight", {out_channels, s[0] / o.groups, o.kh, o.kw}, Parameter::Init::kHeUniform));
+  l.params.push_back(
+      add_param(name + ".weight", {out_channels, s[0] / o.groups, o.kh, o.kw}, Parameter::Init::kHeUniform));
   if (o.bias) l.params.push_back(add_param(name + ".bias", {out_channels}, Parameter::Init::kZero));
   return add_layer(std::move(l));
 }
@@ -282,8 +283,8 @@ int Graph::softmax_xent(int in, const std::string& name, float label_smoothing) 
   const LayerSpec& src = at(in, name.c_str());
   require(src.shape.size() == 1, "layer '", name, "': the loss needs logits {classes}, but '", src.name, "' gives ",
           shape_string(src.shape));
-  require(label_smoothing >= 0.f && label_smoothing < 1.f, "layer '", name, "': label smoothing must be in [0, 1), got ",
-          label_smoothing);
+  require(label_smoothing >= 0.f && label_smoothing < 1.f, "layer '", name,
+          "': label smoothing must be in [0, 1), got ", label_smoothing);
   require(in == num_layers() - 1, "layer '", name, "': the loss must follow the last layer");
   LayerSpec l;
   l.kind = LayerKind::kSoftmaxXent;
@@ -304,7 +305,8 @@ int Graph::output_layer() const { return has_loss() ? num_layers() - 2 : num_lay
 std::string Graph::summary() const {
   std::ostringstream out;
   out << std::left << std::setw(28) << "layer" << std::setw(16) << "kind" << std::setw(20) << "output shape"
-      << std::right << std::setw(14) << "params" << "\n";
+      << std::right << std::setw(14) << "params"
+      << "\n";
   out << std::string(78, '-') << "\n";
   for (const LayerSpec& l : spec_.layers) {
     int64_t n = 0;

@@ -36,9 +36,9 @@ struct PoolOptions {
 
 struct Parameter {
   enum class Init { kHeUniform, kZero, kOne };
-  std::string name;   // "layer1.0.conv1.weight"
-  Shape shape;        // plain layout
-  Tensor value, grad; // allocated by Graph::materialize()
+  std::string name;    // "layer1.0.conv1.weight"
+  Shape shape;         // plain layout
+  Tensor value, grad;  // allocated by Graph::materialize()
   Init init = Init::kHeUniform;
 };
 

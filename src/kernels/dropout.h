@@ -18,8 +18,8 @@ COHORT_HD float dropout_factor(uint64_t i, uint64_t stream, uint64_t seed, float
 }
 
 // dst[i] = src[i] * dropout_factor(offset + i); a block of four shares one Philox call.
-inline void dropout_apply(const float* src, float* dst, int64_t n, uint64_t offset, uint64_t stream,
-                          uint64_t seed, float p) {
+inline void dropout_apply(const float* src, float* dst, int64_t n, uint64_t offset, uint64_t stream, uint64_t seed,
+                          float p) {
   const float scale = 1.f / (1.f - p);
   int64_t i = 0;
   for (; i < n && ((offset + static_cast<uint64_t>(i)) & 3) != 0; ++i)

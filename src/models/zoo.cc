@@ -7,22 +7,14 @@ namespace cohort {
 const std::vector<ModelInfo>& model_registry() {
   static const std::vector<ModelInfo> models{
       // name          size  ch  classes builder
-      {"alexnet", 227, 3, 1000, build_alexnet},
-      {"alexnet_owt", 224, 3, 1000, build_alexnet_owt},
-      {"googlenet", 224, 3, 1000, build_googlenet},
-      {"mnist_cnn", 28, 1, 10, build_mnist_cnn},
-      {"resnet101", 224, 3, 1000, build_resnet101},
-      {"resnet110", 32, 3, 10, build_resnet110},
-      {"resnet152", 224, 3, 1000, build_resnet152},
-      {"resnet18", 224, 3, 1000, build_resnet18},
-      {"resnet20", 32, 3, 10, build_resnet20},
-      {"resnet32", 32, 3, 10, build_resnet32},
-      {"resnet34", 224, 3, 1000, build_resnet34},
-      {"resnet44", 32, 3, 10, build_resnet44},
-      {"resnet50", 224, 3, 1000, build_resnet50},
-      {"resnet56", 32, 3, 10, build_resnet56},
-      {"trivial", 224, 3, 1000, build_trivial},
-      {"vgg16", 224, 3, 1000, build_vgg16},
+      {"alexnet", 227, 3, 1000, build_alexnet},     {"alexnet_owt", 224, 3, 1000, build_alexnet_owt},
+      {"googlenet", 224, 3, 1000, build_googlenet}, {"mnist_cnn", 28, 1, 10, build_mnist_cnn},
+      {"resnet101", 224, 3, 1000, build_resnet101}, {"resnet110", 32, 3, 10, build_resnet110},
+      {"resnet152", 224, 3, 1000, build_resnet152}, {"resnet18", 224, 3, 1000, build_resnet18},
+      {"resnet20", 32, 3, 10, build_resnet20},      {"resnet32", 32, 3, 10, build_resnet32},
+      {"resnet34", 224, 3, 1000, build_resnet34},   {"resnet44", 32, 3, 10, build_resnet44},
+      {"resnet50", 224, 3, 1000, build_resnet50},   {"resnet56", 32, 3, 10, build_resnet56},
+      {"trivial", 224, 3, 1000, build_trivial},     {"vgg16", 224, 3, 1000, build_vgg16},
   };
   return models;
 }

@@ -20,9 +20,9 @@ struct ModelOptions {
 
 struct ModelInfo {
   const char* name;
-  int image_size;   // default input height and width
-  int channels;     // input channels
-  int num_classes;  // default classes
+  int image_size;                        // default input height and width
+  int channels;                          // input channels
+  int num_classes;                       // default classes
   void (*build)(Graph& g, int classes);  // adds every layer after the input
 };
 

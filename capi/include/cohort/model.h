@@ -58,8 +58,7 @@ COHORT_API cohort_status_t cohort_model_create(cohort_runtime_t* runtime, const 
  * @param[out] out Receives the model, owned by the caller. Its input is layer 0.
  */
 COHORT_API cohort_status_t cohort_model_create_custom(cohort_runtime_t* runtime, const cohort_config_t* config,
-                                                      const int64_t* input_shape, size_t ndim,
-                                                      cohort_model_t** out);
+                                                      const int64_t* input_shape, size_t ndim, cohort_model_t** out);
 
 /**
  * @brief Appends a layer to a network.
@@ -89,8 +88,7 @@ COHORT_API cohort_status_t cohort_model_create_custom(cohort_runtime_t* runtime,
  *   shapes that do not fit (the message names the layer); the network is unchanged.
  */
 COHORT_API cohort_status_t cohort_model_add_layer(cohort_model_t* model, const char* kind, const char* name,
-                                                  const int* inputs, size_t num_inputs, const char* params,
-                                                  int* index);
+                                                  const int* inputs, size_t num_inputs, const char* params, int* index);
 
 /**
  * @brief Releases a model and its memory. NULL is a no-op.
@@ -113,8 +111,7 @@ COHORT_API cohort_status_t cohort_model_num_params(const cohort_model_t* model, 
  * @param[out] needed If not NULL, receives the size needed including the NUL.
  * @return ::COHORT_ERR_INVALID_ARGUMENT if the buffer is too small.
  */
-COHORT_API cohort_status_t cohort_model_summary(const cohort_model_t* model, char* buffer, size_t size,
-                                                size_t* needed);
+COHORT_API cohort_status_t cohort_model_summary(const cohort_model_t* model, char* buffer, size_t size, size_t* needed);
 
 /**
  * @brief Allocates and initialises the parameters now (He-uniform weights from the
@@ -142,8 +139,8 @@ COHORT_API cohort_status_t cohort_model_num_tensors(const cohort_model_t* model,
  * @param[out] grad If not NULL, receives a view of its gradient, like @p value. The
  *   gradient is written by cohort_model_forward_backward().
  */
-COHORT_API cohort_status_t cohort_model_param(cohort_model_t* model, size_t index, const char** name,
-                                              DLTensor* value, DLTensor* grad);
+COHORT_API cohort_status_t cohort_model_param(cohort_model_t* model, size_t index, const char** name, DLTensor* value,
+                                              DLTensor* grad);
 
 /**
  * @brief Called with a parameter index as soon as backward has finished its gradient.

@@ -39,9 +39,9 @@ struct Item {
 using Items = std::vector<Item>;
 
 struct Val {
-  dims shape;          // N, C, H, W or N, F
-  memory mem;          // forward data
-  memory diff;         // gradient, created while building backward
+  dims shape;   // N, C, H, W or N, F
+  memory mem;   // forward data
+  memory diff;  // gradient, created while building backward
   bool needs_grad = false;
   int consumers = 0;
 };
@@ -290,9 +290,7 @@ dnnl::prop_kind fwd_prop(bool training) {
 class InputLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
-  void build_forward() override {
-    out().mem = memory(plain_md(out().shape, plan_.opt_.layout), eng(), nullptr);
-  }
+  void build_forward() override { out().mem = memory(plain_md(out().shape, plan_.opt_.layout), eng(), nullptr); }
 };
 
 // Convolution and inner product share their structure: weights (+ bias), forward,
@@ -315,7 +313,8 @@ class WeightedLayer : public CpuLayer {
     w_ = plan_.param_in(fwd, spec_.params[0], plain_w_, fpd_.weights_desc());
     out().mem = memory(fpd_.dst_desc(), eng());
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_}, {DNNL_ARG_WEIGHTS, w_}, {DNNL_ARG_DST, out().mem}};
-    if (has_bias_) args[DNNL_ARG_BIAS] = memory(bias_md_, eng(), plan_.bind_.params[static_cast<size_t>(spec_.params[1])]);
+    if (has_bias_)
+      args[DNNL_ARG_BIAS] = memory(bias_md_, eng(), plan_.bind_.params[static_cast<size_t>(spec_.params[1])]);
     fwd.push_back({Fwd(fpd_), args, {}});
   }
   void build_backward() override {
@@ -333,8 +332,7 @@ class WeightedLayer : public CpuLayer {
     plan_.ready(bwd, spec_.params[0]);
     if (has_bias_) plan_.ready(bwd, spec_.params[1]);
     if (!in().needs_grad) return;
-    auto dd_desc = bwd_data_desc(in().shape.size() == 2 ? src_md_ : any_md(in().shape),
-                                 w_any_, any_md(out().shape));
+    auto dd_desc = bwd_data_desc(in().shape.size() == 2 ? src_md_ : any_md(in().shape), w_any_, any_md(out().shape));
     typename BwdData::primitive_desc dpd(dd_desc, eng(), fpd_);
     Items post;
     memory dd2 = plan_.diff_source(bwd, out(), dpd.diff_dst_desc());
@@ -358,9 +356,8 @@ class WeightedLayer : public CpuLayer {
   memory src_, w_;
 };
 
-class ConvLayer final
-    : public WeightedLayer<dnnl::convolution_forward, dnnl::convolution_backward_data,
-                           dnnl::convolution_backward_weights> {
+class ConvLayer final : public WeightedLayer<dnnl::convolution_forward, dnnl::convolution_backward_data,
+                                             dnnl::convolution_backward_weights> {
  public:
   using WeightedLayer::WeightedLayer;
   void build_forward() override {
@@ -391,15 +388,13 @@ class ConvLayer final
                    pr());
   }
   BD::desc bwd_data_desc(const memory::desc& s, const memory::desc& w, const memory::desc& d) const override {
-    return BD::desc(dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win),
-                    pr());
+    return BD::desc(dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win), pr());
   }
   BW::desc bwd_weights_desc(const memory::desc& s, const memory::desc& w, const memory::desc& d) const override {
     if (spec_.bias)
       return BW::desc(dnnl::algorithm::convolution_direct, s, w, bias_md_, d, strides_of(spec_.win), dil(),
                       pad_l(spec_.win), pr());
-    return BW::desc(dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win),
-                    pr());
+    return BW::desc(dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win), pr());
   }
 };
 
@@ -498,11 +493,11 @@ class BatchNormLayer final : public CpuLayer {
     Items post;
     memory dd = plan_.diff_source(bwd, out(), bpd.diff_dst_desc());
     memory dss(bpd.diff_weights_desc(), eng());
-    memory ds = in().needs_grad ? plan_.diff_target(post, in(), bpd.diff_src_desc()) : memory(bpd.diff_src_desc(), eng());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in().mem},   {DNNL_ARG_MEAN, mean_},
-                                         {DNNL_ARG_VARIANCE, var_},  {DNNL_ARG_DIFF_DST, dd},
-                                         {DNNL_ARG_SCALE_SHIFT, ss_}, {DNNL_ARG_DIFF_SRC, ds},
-                                         {DNNL_ARG_DIFF_SCALE_SHIFT, dss}};
+    memory ds =
+        in().needs_grad ? plan_.diff_target(post, in(), bpd.diff_src_desc()) : memory(bpd.diff_src_desc(), eng());
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, in().mem},    {DNNL_ARG_MEAN, mean_},  {DNNL_ARG_VARIANCE, var_},       {DNNL_ARG_DIFF_DST, dd},
+        {DNNL_ARG_SCALE_SHIFT, ss_}, {DNNL_ARG_DIFF_SRC, ds}, {DNNL_ARG_DIFF_SCALE_SHIFT, dss}};
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
     bwd.push_back({B(bpd), args, {}});
     float* dscale = param(plan_.bind_.grads, 0);
@@ -544,8 +539,8 @@ class PoolLayer final : public CpuLayer {
       w.sw = w.kw;
       od = {in().shape[0], in().shape[1], 1, 1};
     }
-    algo_ = spec_.kind == LayerKind::kMaxPool ? dnnl::algorithm::pooling_max
-                                               : dnnl::algorithm::pooling_avg_exclude_padding;
+    algo_ =
+        spec_.kind == LayerKind::kMaxPool ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
     src_md_ = in().mem.get_desc();
     w_ = w;
     od_ = od;
@@ -573,9 +568,9 @@ class PoolLayer final : public CpuLayer {
   void build_backward() override {
     if (!in().needs_grad) return;
     using B = dnnl::pooling_backward;
-    B::primitive_desc bpd(
-        B::desc(algo_, src_md_, pool_dst_.get_desc(), strides_of(w_), kernel_of(w_), pad_l(w_), pad_r(w_, in().shape, od_)),
-        eng(), pd_);
+    B::primitive_desc bpd(B::desc(algo_, src_md_, pool_dst_.get_desc(), strides_of(w_), kernel_of(w_), pad_l(w_),
+                                  pad_r(w_, in().shape, od_)),
+                          eng(), pd_);
     memory dd;
     if (spec_.kind == LayerKind::kGlobalAvgPool) {
       memory d2 = plan_.diff_source(bwd, out(), plain_md(out().shape));
@@ -651,9 +646,15 @@ class ActLayer final : public CpuLayer {
       case ActKind::kLeakyRelu:
         algo_ = in_place_ ? dnnl::algorithm::eltwise_relu_use_dst_for_bwd : dnnl::algorithm::eltwise_relu;
         break;
-      case ActKind::kElu: algo_ = dnnl::algorithm::eltwise_elu; break;
-      case ActKind::kTanh: algo_ = dnnl::algorithm::eltwise_tanh; break;
-      case ActKind::kSigmoid: algo_ = dnnl::algorithm::eltwise_logistic; break;
+      case ActKind::kElu:
+        algo_ = dnnl::algorithm::eltwise_elu;
+        break;
+      case ActKind::kTanh:
+        algo_ = dnnl::algorithm::eltwise_tanh;
+        break;
+      case ActKind::kSigmoid:
+        algo_ = dnnl::algorithm::eltwise_logistic;
+        break;
     }
     alpha_ = spec_.act == ActKind::kLeakyRelu || spec_.act == ActKind::kElu ? spec_.alpha : 0.f;
     md_ = in().mem.get_desc();
@@ -752,7 +753,8 @@ class ConcatLayer final : public CpuLayer {
     }
     out().mem = memory(pd.dst_desc(), eng());
     std::unordered_map<int, memory> args{{DNNL_ARG_DST, out().mem}};
-    for (size_t i = 0; i < srcs.size(); ++i) args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = in(static_cast<int>(i)).mem;
+    for (size_t i = 0; i < srcs.size(); ++i)
+      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = in(static_cast<int>(i)).mem;
     fwd.push_back({dnnl::concat(pd), args, {}});
   }
   void build_backward() override {
@@ -873,8 +875,10 @@ class ShortcutALayer final : public CpuLayer {
   void build_forward() override {
     src_ = plan_.take(fwd, in().mem, plain_md(in().shape));
     out().mem = memory(plain_md(out().shape), eng());
-    fwd.push_back({{}, {}, [this] { move(true, static_cast<float*>(src_.get_data_handle()),
-                                         static_cast<float*>(out().mem.get_data_handle())); }});
+    fwd.push_back({{}, {}, [this] {
+                     move(true, static_cast<float*>(src_.get_data_handle()),
+                          static_cast<float*>(out().mem.get_data_handle()));
+                   }});
   }
   void build_backward() override {
     if (!in().needs_grad) return;
@@ -996,28 +1000,50 @@ void CpuPlan::build() {
     const int idx = static_cast<int>(i);
     std::unique_ptr<CpuLayer> layer;
     switch (l.kind) {
-      case LayerKind::kInput: layer = std::make_unique<InputLayer>(*this, l, idx); break;
-      case LayerKind::kConv: layer = std::make_unique<ConvLayer>(*this, l, idx); break;
-      case LayerKind::kDense: layer = std::make_unique<DenseLayer>(*this, l, idx); break;
+      case LayerKind::kInput:
+        layer = std::make_unique<InputLayer>(*this, l, idx);
+        break;
+      case LayerKind::kConv:
+        layer = std::make_unique<ConvLayer>(*this, l, idx);
+        break;
+      case LayerKind::kDense:
+        layer = std::make_unique<DenseLayer>(*this, l, idx);
+        break;
       case LayerKind::kBatchNorm:
         layer = std::make_unique<BatchNormLayer>(*this, l, idx, fused[i]);
         break;
       case LayerKind::kMaxPool:
       case LayerKind::kAvgPool:
-      case LayerKind::kGlobalAvgPool: layer = std::make_unique<PoolLayer>(*this, l, idx); break;
-      case LayerKind::kLrn: layer = std::make_unique<LrnLayer>(*this, l, idx); break;
+      case LayerKind::kGlobalAvgPool:
+        layer = std::make_unique<PoolLayer>(*this, l, idx);
+        break;
+      case LayerKind::kLrn:
+        layer = std::make_unique<LrnLayer>(*this, l, idx);
+        break;
       case LayerKind::kActivation:
         if (l.inputs.size() == 1 && fused[static_cast<size_t>(l.inputs[0])])
           layer = std::make_unique<PassLayer>(*this, l, idx);
         else
           layer = std::make_unique<ActLayer>(*this, l, idx, relu_in_place(spec_, consumers, i));
         break;
-      case LayerKind::kDropout: layer = std::make_unique<DropoutLayer>(*this, l, idx); break;
-      case LayerKind::kConcat: layer = std::make_unique<ConcatLayer>(*this, l, idx); break;
-      case LayerKind::kAdd: layer = std::make_unique<AddLayer>(*this, l, idx); break;
-      case LayerKind::kFlatten: layer = std::make_unique<FlattenLayer>(*this, l, idx); break;
-      case LayerKind::kShortcutA: layer = std::make_unique<ShortcutALayer>(*this, l, idx); break;
-      case LayerKind::kSoftmaxXent: layer = std::make_unique<SoftmaxXentLayer>(*this, l, idx); break;
+      case LayerKind::kDropout:
+        layer = std::make_unique<DropoutLayer>(*this, l, idx);
+        break;
+      case LayerKind::kConcat:
+        layer = std::make_unique<ConcatLayer>(*this, l, idx);
+        break;
+      case LayerKind::kAdd:
+        layer = std::make_unique<AddLayer>(*this, l, idx);
+        break;
+      case LayerKind::kFlatten:
+        layer = std::make_unique<FlattenLayer>(*this, l, idx);
+        break;
+      case LayerKind::kShortcutA:
+        layer = std::make_unique<ShortcutALayer>(*this, l, idx);
+        break;
+      case LayerKind::kSoftmaxXent:
+        layer = std::make_unique<SoftmaxXentLayer>(*this, l, idx);
+        break;
     }
     try {
       layer->build_forward();

@@ -5,9 +5,9 @@
 #include "core/status.h"
 
 #if COHORT_HAVE_CUDA
-#include <cublas_v2.h>
-#include <cuda_runtime_api.h>
-#include <cudnn.h>
+#  include <cublas_v2.h>
+#  include <cuda_runtime_api.h>
+#  include <cudnn.h>
 #endif
 
 namespace cohort::backend {

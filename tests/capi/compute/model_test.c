@@ -150,8 +150,7 @@ static void builder_errors(void** state) {
 
   assert_int_equal(cohort_model_add_layer(m, "conv", "c1", NULL, 0, "out=16, kernel=3, pad=1", &id), COHORT_OK);
   assert_int_equal(id, 1);
-  expect_error(cohort_model_add_layer(m, "relu", "c1", NULL, 0, NULL, &id), COHORT_ERR_INVALID_ARGUMENT,
-               "used twice");
+  expect_error(cohort_model_add_layer(m, "relu", "c1", NULL, 0, NULL, &id), COHORT_ERR_INVALID_ARGUMENT, "used twice");
   int a = 0, b = 1;
   int pair[2] = {a, b};
   expect_error(cohort_model_add_layer(m, "add", "sum", pair, 2, NULL, &id), COHORT_ERR_INVALID_ARGUMENT,
@@ -307,8 +306,7 @@ static void tensor_errors(void** state) {
   expect_error(cohort_model_loss(m, &images, NULL, &loss), COHORT_ERR_INVALID_ARGUMENT, "labels is NULL");
   DLTensor bad_labels = labels;
   bad_labels.dtype.code = kDLFloat;
-  expect_error(cohort_model_loss(m, &images, &bad_labels, &loss), COHORT_ERR_INVALID_ARGUMENT,
-               "labels must be int32");
+  expect_error(cohort_model_loss(m, &images, &bad_labels, &loss), COHORT_ERR_INVALID_ARGUMENT, "labels must be int32");
   int64_t ys_wrong[1] = {3};
   bad_labels = labels;
   bad_labels.shape = ys_wrong;
@@ -338,9 +336,8 @@ static void tensor_errors(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(zoo_counts_and_unknown_names), cmocka_unit_test(summary_text),
-      cmocka_unit_test(builder_errors),               cmocka_unit_test(builder_network_learns),
-      cmocka_unit_test(tensor_errors),
+      cmocka_unit_test(zoo_counts_and_unknown_names), cmocka_unit_test(summary_text),  cmocka_unit_test(builder_errors),
+      cmocka_unit_test(builder_network_learns),       cmocka_unit_test(tensor_errors),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

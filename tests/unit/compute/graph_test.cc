@@ -104,7 +104,8 @@ TEST(Graph, ConvNetWithBatchNormLearnsImages) {
   g.infer(x.data(), n, Layout::kNCHW, logits.data());
   int correct = 0;
   for (int i = 0; i < n; ++i)
-    correct += (logits[static_cast<size_t>(2 * i + 1)] > logits[static_cast<size_t>(2 * i)]) == (y[static_cast<size_t>(i)] == 1);
+    correct += (logits[static_cast<size_t>(2 * i + 1)] > logits[static_cast<size_t>(2 * i)]) ==
+               (y[static_cast<size_t>(i)] == 1);
   EXPECT_GE(correct, n - 2);
 }
 
@@ -124,7 +125,8 @@ TEST(Graph, ParameterRegistryHasStableNamesAndPlainShapes) {
   EXPECT_EQ(g.params()[4].shape, (cohort::Shape{10, 16 * 64}));
   EXPECT_EQ(g.states()[0].name, "bn1.running_mean");
   EXPECT_EQ(g.num_params(), 16 * 27 + 16 + 32 + 10 * 1024 + 10);
-  EXPECT_FALSE(g.params()[0].value.defined() && g.params()[0].value.numel() > 0) << "nothing allocated before materialize";
+  EXPECT_FALSE(g.params()[0].value.defined() && g.params()[0].value.numel() > 0)
+      << "nothing allocated before materialize";
   const std::string s = g.summary();
   EXPECT_NE(s.find("conv1"), std::string::npos);
   EXPECT_NE(s.find("[16, 8, 8]"), std::string::npos);

@@ -28,7 +28,8 @@ inline ref::Vec to_layout(const ref::Vec& v, const cohort::Shape& s, int64_t n, 
   for (int64_t b = 0; b < n; ++b)
     for (int64_t ch = 0; ch < c; ++ch)
       for (int64_t i = 0; i < hw; ++i) {
-        const size_t nchw = static_cast<size_t>((b * c + ch) * hw + i), nhwc = static_cast<size_t>((b * hw + i) * c + ch);
+        const size_t nchw = static_cast<size_t>((b * c + ch) * hw + i),
+                     nhwc = static_cast<size_t>((b * hw + i) * c + ch);
         if (from_nchw)
           out[nhwc] = v[nchw];
         else

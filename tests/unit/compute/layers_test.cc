@@ -25,7 +25,8 @@ void expect_layouts_agree(Graph& g, int64_t n, const ref::Vec& x, const std::vec
   Result b = run(g, n, x, params, dy, Layout::kNHWC);
   expect_close(b.y, a.y, "NHWC output", 1e-5);
   expect_close(b.dx, a.dx, "NHWC input gradient", 1e-5);
-  for (size_t i = 0; i < a.dparams.size(); ++i) expect_close(b.dparams[i], a.dparams[i], "NHWC parameter gradient", 1e-5);
+  for (size_t i = 0; i < a.dparams.size(); ++i)
+    expect_close(b.dparams[i], a.dparams[i], "NHWC parameter gradient", 1e-5);
 }
 
 struct ConvCase {
@@ -63,12 +64,12 @@ TEST_P(ConvTest, MatchesReferenceForwardAndBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                          ::testing::Values(ConvCase{2, 3, 7, 7, 4, 3, 1, 1, 1, 1, true},
-                                           ConvCase{2, 16, 8, 8, 16, 3, 1, 1, 1, 1, true},   // blocked layouts
-                                           ConvCase{2, 16, 9, 9, 32, 3, 2, 0, 1, 1, false},  // stride 2
-                                           ConvCase{1, 4, 9, 8, 6, 3, 1, 2, 2, 1, true},     // dilation 2
-                                           ConvCase{2, 8, 7, 7, 8, 5, 1, 2, 1, 2, true},     // groups
-                                           ConvCase{2, 32, 6, 6, 32, 3, 1, 1, 1, 2, true},   // groups, blocked
-                                           ConvCase{3, 16, 5, 5, 8, 1, 2, 0, 1, 1, false})); // 1x1 stride 2
+                                           ConvCase{2, 16, 8, 8, 16, 3, 1, 1, 1, 1, true},    // blocked layouts
+                                           ConvCase{2, 16, 9, 9, 32, 3, 2, 0, 1, 1, false},   // stride 2
+                                           ConvCase{1, 4, 9, 8, 6, 3, 1, 2, 2, 1, true},      // dilation 2
+                                           ConvCase{2, 8, 7, 7, 8, 5, 1, 2, 1, 2, true},      // groups
+                                           ConvCase{2, 32, 6, 6, 32, 3, 1, 1, 1, 2, true},    // groups, blocked
+                                           ConvCase{3, 16, 5, 5, 8, 1, 2, 0, 1, 1, false}));  // 1x1 stride 2
 
 TEST(Reference, ConvBackwardMatchesFiniteDifferences) {
   ref::Geo geo{2, 4, 5, 6, 3, 3, 2, 1, 1};
@@ -93,11 +94,11 @@ TEST(Dense, MatchesReferenceAndFiniteDifferences) {
   ref::Vec dy = ref::random_vec(n * out, 4);
   ref::Vec dx, dw, db;
   ref::dense_bwd(n, in, out, x, w, dy, dx, dw, db);
-  EXPECT_LT(ref::rel_err(dx, ref::numeric_grad([&](const ref::Vec& v) { return ref::dense_fwd(n, in, out, v, w, b); },
-                                                 x, dy)),
+  EXPECT_LT(ref::rel_err(
+                dx, ref::numeric_grad([&](const ref::Vec& v) { return ref::dense_fwd(n, in, out, v, w, b); }, x, dy)),
             1e-7);
-  EXPECT_LT(ref::rel_err(dw, ref::numeric_grad([&](const ref::Vec& v) { return ref::dense_fwd(n, in, out, x, v, b); },
-                                                 w, dy)),
+  EXPECT_LT(ref::rel_err(
+                dw, ref::numeric_grad([&](const ref::Vec& v) { return ref::dense_fwd(n, in, out, x, v, b); }, w, dy)),
             1e-7);
   Result r = run(g, n, x, {w, b}, dy);
   expect_close(r.y, ref::dense_fwd(n, in, out, x, w, b), "output");
@@ -159,7 +160,8 @@ TEST_P(PoolTest, MatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
-                         ::testing::Values(PoolCase{3, 8, 8, 2, 2, 0, false, true}, PoolCase{16, 7, 7, 3, 2, 1, false, true},
+                         ::testing::Values(PoolCase{3, 8, 8, 2, 2, 0, false, true},
+                                           PoolCase{16, 7, 7, 3, 2, 1, false, true},
                                            PoolCase{16, 8, 8, 3, 2, 0, true, true},  // ceil mode
                                            PoolCase{3, 8, 8, 2, 2, 0, false, false},
                                            PoolCase{16, 7, 7, 3, 2, 1, false, false},

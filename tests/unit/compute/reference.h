@@ -198,8 +198,7 @@ inline Vec dense_fwd(int n, int in, int out, const Vec& x, const Vec& w, const V
   for (int i = 0; i < n; ++i)
     for (int o = 0; o < out; ++o) {
       double acc = b[static_cast<size_t>(o)];
-      for (int j = 0; j < in; ++j)
-        acc += x[static_cast<size_t>(i) * in + j] * w[static_cast<size_t>(o) * in + j];
+      for (int j = 0; j < in; ++j) acc += x[static_cast<size_t>(i) * in + j] * w[static_cast<size_t>(o) * in + j];
       y[static_cast<size_t>(i) * out + o] = acc;
     }
   return y;
@@ -224,21 +223,30 @@ enum class Act { kRelu, kLeaky, kElu, kTanh, kSigmoid };
 
 inline double act_f(Act a, double x, double alpha) {
   switch (a) {
-    case Act::kRelu: return x > 0 ? x : 0;
-    case Act::kLeaky: return x > 0 ? x : alpha * x;
-    case Act::kElu: return x > 0 ? x : alpha * (std::exp(x) - 1);
-    case Act::kTanh: return std::tanh(x);
-    case Act::kSigmoid: return 1 / (1 + std::exp(-x));
+    case Act::kRelu:
+      return x > 0 ? x : 0;
+    case Act::kLeaky:
+      return x > 0 ? x : alpha * x;
+    case Act::kElu:
+      return x > 0 ? x : alpha * (std::exp(x) - 1);
+    case Act::kTanh:
+      return std::tanh(x);
+    case Act::kSigmoid:
+      return 1 / (1 + std::exp(-x));
   }
   return 0;
 }
 
 inline double act_df(Act a, double x, double alpha) {
   switch (a) {
-    case Act::kRelu: return x > 0 ? 1 : 0;
-    case Act::kLeaky: return x > 0 ? 1 : alpha;
-    case Act::kElu: return x > 0 ? 1 : alpha * std::exp(x);
-    case Act::kTanh: return 1 - std::tanh(x) * std::tanh(x);
+    case Act::kRelu:
+      return x > 0 ? 1 : 0;
+    case Act::kLeaky:
+      return x > 0 ? 1 : alpha;
+    case Act::kElu:
+      return x > 0 ? 1 : alpha * std::exp(x);
+    case Act::kTanh:
+      return 1 - std::tanh(x) * std::tanh(x);
     case Act::kSigmoid: {
       const double s = 1 / (1 + std::exp(-x));
       return s * (1 - s);

@@ -98,7 +98,8 @@ TEST_P(ZooStep, GradientPredictsTheLossDecrease) {
   EXPECT_EQ(grads, static_cast<int>(g->params().size()));
   double norm2 = 0;
   for (auto& p : g->params())
-    for (int64_t i = 0; i < p.grad.numel(); ++i) norm2 += double(p.grad.data_as<float>()[i]) * p.grad.data_as<float>()[i];
+    for (int64_t i = 0; i < p.grad.numel(); ++i)
+      norm2 += double(p.grad.data_as<float>()[i]) * p.grad.data_as<float>()[i];
   ASSERT_GT(norm2, 0);
   const double lr = 0.01 * l0 / norm2;  // predicted decrease: 1% of the loss
   for (auto& p : g->params()) {
