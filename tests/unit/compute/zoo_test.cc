@@ -3,6 +3,7 @@
 // family at a small input size.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/status.h"
@@ -122,5 +123,42 @@ INSTANTIATE_TEST_SUITE_P(Models, ZooStep,
                                            Small{"resnet18", 64}, Small{"resnet50", 64}, Small{"googlenet", 64},
                                            Small{"alexnet", 67}, Small{"alexnet_owt", 63}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+
+namespace {
+
+// The same batch in NHWC gives the same loss and gradients as in NCHW.
+TEST(Zoo, NhwcInputTrainsLikeNchw) {
+  ModelOptions o;
+  o.image_size = 16;
+  auto run = [&](Layout layout) {
+    auto g = build_model("resnet20", o);
+    g->materialize(3);
+    const int n = 4, c = 3, hw = 16 * 16;
+    std::vector<float> nchw(static_cast<size_t>(n * c * hw)), input(nchw.size());
+    for (size_t i = 0; i < nchw.size(); ++i) nchw[i] = std::cos(static_cast<float>(i) * 0.11f);
+    for (int b = 0; b < n; ++b)
+      for (int ch = 0; ch < c; ++ch)
+        for (int p = 0; p < hw; ++p)
+          input[static_cast<size_t>(layout == Layout::kNHWC ? (b * hw + p) * c + ch : (b * c + ch) * hw + p)] =
+              nchw[static_cast<size_t>((b * c + ch) * hw + p)];
+    std::vector<int32_t> y{0, 1, 2, 3};
+    const float loss = g->forward_train(input.data(), n, layout, y.data());
+    g->backward();
+    std::vector<float> grads;
+    for (const auto& p : g->params())
+      grads.insert(grads.end(), p.grad.data_as<float>(), p.grad.data_as<float>() + p.grad.numel());
+    return std::make_pair(loss, grads);
+  };
+  auto a = run(Layout::kNCHW), b = run(Layout::kNHWC);
+  EXPECT_NEAR(a.first, b.first, 1e-5);
+  double err = 0, scale = 1e-6;
+  for (size_t i = 0; i < a.second.size(); ++i) {
+    err = std::max(err, static_cast<double>(std::abs(a.second[i] - b.second[i])));
+    scale = std::max(scale, static_cast<double>(std::abs(a.second[i])));
+  }
+  EXPECT_LT(err / scale, 1e-4);
+}
 
 }  // namespace
