@@ -25,7 +25,9 @@ namespace {
 
 bool is_executable_file(const std::string& path) {
   struct stat st{};
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+  // access() alone says yes to root for files with no execute bit at all.
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0 &&
+         access(path.c_str(), X_OK) == 0;
 }
 
 // Physical cores this process may run on (what Open MPI counts as slots by default).
@@ -97,7 +99,7 @@ void check_program(const std::string& program, const Context& context) {
     if (stat(program.c_str(), &st) != 0)
       throw UsageError("program '" + program + "' does not exist (" + std::strerror(errno) + ")");
     if (S_ISDIR(st.st_mode)) throw UsageError("program '" + program + "' is a directory, not a program");
-    if (!S_ISREG(st.st_mode) || access(program.c_str(), X_OK) != 0)
+    if (!is_executable_file(program))
       throw UsageError("program '" + program + "' is not executable (chmod +x it, or check the path)");
     return;
   }

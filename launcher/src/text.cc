@@ -41,19 +41,18 @@ std::vector<std::string> split_words(std::string_view text, std::string_view wha
       word.clear();
       in_word = false;
     } else if (c == '\'' || c == '"') {
-      const size_t end = text.find(c, i + 1);
-      if (end == std::string_view::npos)
-        throw UsageError(std::string(what) + ": unterminated " + (c == '\'' ? "single" : "double") +
-                         " quote in \"" + std::string(text) + "\"");
-      std::string_view inner = text.substr(i + 1, end - i - 1);
-      if (c == '"') {  // backslash escapes only \" and \\ inside double quotes
-        for (size_t k = 0; k < inner.size(); ++k) {
-          if (inner[k] == '\\' && k + 1 < inner.size() && (inner[k + 1] == '"' || inner[k + 1] == '\\')) ++k;
-          word += inner[k];
-        }
-      } else {
-        word += inner;
+      // Single quotes keep everything; double quotes let \" and \\ through escaped.
+      size_t end = i + 1;
+      std::string inner;
+      while (end < text.size() && text[end] != c) {
+        if (c == '"' && text[end] == '\\' && end + 1 < text.size() && (text[end + 1] == '"' || text[end + 1] == '\\'))
+          ++end;
+        inner += text[end++];
       }
+      if (end >= text.size())
+        throw UsageError(std::string(what) + ": unterminated " + (c == '\'' ? "single" : "double") + " quote in \"" +
+                         std::string(text) + "\"");
+      word += inner;
       in_word = true;
       i = end;
     } else if (c == '\\' && i + 1 < text.size()) {
