@@ -154,6 +154,10 @@ std::string find_executable(const std::string& name, const std::string& path) {
   return "";
 }
 
+bool user_sees_terminal(bool stdout_isatty, const std::map<std::string, std::string>& env) {
+  return stdout_isatty && !env.count("JPY_PARENT_PID") && !env.count("JPY_SESSION_NAME");
+}
+
 Context current_context() {
   Context c;
   for (char** e = environ; e && *e; ++e) {
@@ -162,7 +166,7 @@ Context current_context() {
     if (eq != std::string::npos) c.env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
   }
   c.root = geteuid() == 0;
-  c.stdout_tty = isatty(STDOUT_FILENO) == 1;
+  c.stdout_tty = user_sees_terminal(isatty(STDOUT_FILENO) == 1, c.env);
   c.cores = count_cores();
   std::vector<char> buffer(4096);
   if (getcwd(buffer.data(), buffer.size())) c.cwd = buffer.data();

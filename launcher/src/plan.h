@@ -23,6 +23,10 @@ struct Context {
 // The context of the calling process.
 Context current_context();
 
+// Whether output goes to a terminal a person watches: stdout is a tty and this is not
+// a notebook's `!command` (IPython runs those on a pty; Jupyter kernels set JPY_PARENT_PID).
+bool user_sees_terminal(bool stdout_isatty, const std::map<std::string, std::string>& env);
+
 struct Plan {
   std::vector<std::string> argv;  // argv[0] is the mpirun to execute
   int slots = 0;                  // slots known (from -H, --hostfile, or cores)

@@ -62,6 +62,13 @@ TEST(LauncherArgv, RootAddsAllowRunAsRootAndTtyGivesProgressTty) {
                   {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=tty"}, {"/bin/true"}}));
 }
 
+TEST(LauncherArgv, NotebookShellCommandsAreNotATerminal) {
+  EXPECT_TRUE(user_sees_terminal(true, {{"TERM", "xterm"}}));
+  EXPECT_FALSE(user_sees_terminal(false, {}));
+  // IPython's `!cohortrun` runs on a pty inside a Jupyter kernel.
+  EXPECT_FALSE(user_sees_terminal(true, {{"JPY_PARENT_PID", "42"}, {"TERM", "xterm-color"}}));
+}
+
 TEST(LauncherArgv, MoreRanksThanCoresOversubscribesAndYields) {
   EXPECT_EQ(plan({"-np", "3", "/bin/true"}),
             join({{"/usr/bin/mpirun", "-np", "3", "--oversubscribe"}, kFlags, {"-mca", "mpi_yield_when_idle", "1"},
