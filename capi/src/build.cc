@@ -43,10 +43,6 @@ struct BuildFacts {
   std::vector<Gpu> gpus;
 };
 
-std::string major_minor(int v) {  // CUDA's 1000*major + 10*minor
-  return v > 0 ? cat(v / 1000, ".", (v % 1000) / 10) : std::string();
-}
-
 const char* dnnl_runtime_name(unsigned runtime) {
   switch (runtime) {
     case DNNL_RUNTIME_SEQ: return "sequential";
@@ -71,6 +67,10 @@ void ask_mpi(BuildFacts& f) {
 }
 
 #if COHORT_HAVE_CUDA
+std::string major_minor(int v) {  // CUDA's 1000*major + 10*minor
+  return v > 0 ? cat(v / 1000, ".", (v % 1000) / 10) : std::string();
+}
+
 void ask_cuda(BuildFacts& f) {
   f.cuda_built = 1;
   int runtime = 0, driver = 0;
