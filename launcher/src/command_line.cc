@@ -22,7 +22,7 @@ constexpr LauncherOption kLauncherOptions[] = {
     {"np", true},         {"host", true},       {"hostfile", true},   {"dry_run", false},
     {"mpi_args", true},   {"env", true},        {"nccl_debug", true}, {"output_dir", true},
     {"tag_output", false}, {"mpirun", true},    {"check_build", false}, {"help", false},
-    {"version", false},   {"sweep_out", true},
+    {"version", false},   {"sweep_out", true},  {"no_rank_monitor", false},
 };
 
 std::string normalize(std::string_view flag) {
@@ -203,6 +203,8 @@ class Parser {
       request_.output_dir = value;
     } else if (key == "tag_output") {
       request_.tag_output = true;
+    } else if (key == "no_rank_monitor") {
+      request_.rank_monitor = false;
     } else if (key == "mpirun") {
       request_.mpirun = value;
     } else if (key == "sweep_out") {
@@ -262,7 +264,8 @@ class Parser {
       if (request_.mode == Mode::kSweep) throw UsageError(*special_ + " cannot be combined with sweep");
       const bool other = np_text_ || !request_.program.empty() || !request_.host_list.empty() ||
                          !request_.hostfile.empty() || request_.dry_run || !request_.mpi_args.empty() ||
-                         !request_.exports.empty() || !request_.output_dir.empty() || request_.tag_output;
+                         !request_.exports.empty() || !request_.output_dir.empty() || request_.tag_output ||
+                         !request_.rank_monitor;
       if (other && special_mode_ != Mode::kHelp)
         throw UsageError(*special_ + " takes no other option and no program");
       request_.mode = special_mode_;
@@ -320,6 +323,8 @@ Launcher options:
   --nccl-debug LEVEL    NCCL_DEBUG on every rank (VERSION, WARN, INFO, TRACE, ABORT)
   --output-dir DIR      also write each rank's output to DIR/1/rank.N/{stdout,stderr}
   --tag-output          prefix each output line with the rank that wrote it
+  --no-rank-monitor     start PROGRAM directly, not under `cohortrun --rank-monitor` (which
+                        names a rank that fails; it needs cohortrun at the same path on every host)
   --mpirun PATH         the mpirun to use (default: mpirun on PATH)
   --sweep-out PREFIX    sweep: write PREFIX.csv and PREFIX.json (default: cohort-sweep)
   --check-build         print what this build of cohort can do

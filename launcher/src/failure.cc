@@ -23,6 +23,12 @@ std::string signal_name(int signal) {
   }
 }
 
+int signal_number(const std::string& name) {
+  for (int s = 1; s < 32; ++s)
+    if (signal_name(s) == name) return s;
+  return 0;
+}
+
 std::optional<RankFailure> find_rank_failure(std::string_view text_view) {
   // mpirun wraps its messages at fixed widths: match across line breaks.
   std::string text(text_view);
@@ -34,19 +40,35 @@ std::optional<RankFailure> find_rank_failure(std::string_view text_view) {
       R"(process rank (\d+) with PID \d+ on\s+node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?)");
   static const std::regex exit_re(R"(The first process to do so was:\s+Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(-?\d+))");
   static const std::regex abort_re(R"(MPI_ABORT was invoked on rank (\d+) in communicator (\S+)\s+with errorcode (-?\d+))");
+  // The line of cohortrun's rank monitor (rank_monitor.h), possibly after a --tag-output prefix.
+  static const std::regex monitor_re(
+      R"(cohortrun: rank (\d+) \(pid \d+ on (\S+)\) (?:exited with status (\d+)|was killed by (\S+) \(([^)]*)\)))");
   static const std::regex improper_re(R"(process rank (\d+) with PID \d+ on\s+node (\S+) exiting improperly)");
-  if (std::regex_search(text, m, signal_re)) {
+  // MPI_Abort is mpirun's to tell; then the rank monitor's line (always there when a
+  // rank failed by itself); then mpirun's own reports, which it sometimes drops.
+  if (std::regex_search(text, m, abort_re)) {
+    f.rank = std::stoi(m[1]);
+    f.abort_code = std::stoi(m[3]);
+    f.reason = "rank " + std::to_string(f.rank) + " called MPI_Abort on " + std::string(m[2]) + " with error code " +
+               std::to_string(f.abort_code);
+  } else if (std::regex_search(text, m, monitor_re)) {
+    f.rank = std::stoi(m[1]);
+    f.node = m[2];
+    if (m[3].matched) {
+      f.exit_code = std::stoi(m[3]);
+      f.reason = "rank " + std::to_string(f.rank) + " (on " + f.node + ") exited with status " + std::string(m[3]);
+    } else {
+      f.signal = signal_number(m[4]);
+      f.reason = "rank " + std::to_string(f.rank) + " (on " + f.node + ") was killed by " + std::string(m[4]) + " (" +
+                 std::string(m[5]) + ")";
+    }
+  } else if (std::regex_search(text, m, signal_re)) {
     f.rank = std::stoi(m[1]);
     f.node = m[2];
     f.signal = std::stoi(m[3]);
     std::string what = m[4].matched ? std::string(m[4]) : std::string(strsignal(f.signal));
     f.reason = "rank " + std::to_string(f.rank) + " (on " + f.node + ") was killed by " + signal_name(f.signal) +
                " (" + what + ")";
-  } else if (std::regex_search(text, m, abort_re)) {
-    f.rank = std::stoi(m[1]);
-    f.abort_code = std::stoi(m[3]);
-    f.reason = "rank " + std::to_string(f.rank) + " called MPI_Abort on " + std::string(m[2]) + " with error code " +
-               std::to_string(f.abort_code);
   } else if (std::regex_search(text, m, exit_re)) {
     f.rank = std::stoi(m[1]);
     f.exit_code = std::stoi(m[2]);

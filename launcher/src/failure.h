@@ -17,11 +17,13 @@ struct RankFailure {
 };
 
 // Reads mpirun's stderr text (its help blocks, with the ranks' output in between).
-// Recognises "exited on signal", non-zero exit codes, MPI_Abort and exits without
-// MPI_Finalize; nullopt when none is there.
+// Recognises MPI_Abort, the rank monitor's line (rank_monitor.h), and mpirun's
+// "exited on signal", non-zero exit code and exit-without-MPI_Finalize reports;
+// nullopt when none is there.
 std::optional<RankFailure> find_rank_failure(std::string_view mpirun_stderr);
 
-// "SIGSEGV" for 11, "signal 77" for unknown numbers.
+// "SIGSEGV" for 11, "signal 77" for unknown numbers; signal_number is the inverse (0 if unknown).
 std::string signal_name(int signal);
+int signal_number(const std::string& name);
 
 }  // namespace cohortrun

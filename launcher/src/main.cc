@@ -14,6 +14,7 @@
 #include "command_line.h"
 #include "job.h"
 #include "plan.h"
+#include "rank_monitor.h"
 #include "sweep.h"
 #include "text.h"
 
@@ -59,6 +60,10 @@ int run(const Request& request) {
 
 int main(int argc, char** argv) {
   using namespace cohortrun;
+  if (argc > 1 && argv[1] == kRankMonitorFlag) {  // mpirun starting one rank (rank_monitor.h)
+    const int skip = argc > 2 && std::string(argv[2]) == "--" ? 3 : 2;
+    return run_rank_monitor(std::vector<std::string>(argv + skip, argv + argc));
+  }
   try {
     const Request request = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
     switch (request.mode) {

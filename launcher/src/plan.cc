@@ -16,6 +16,7 @@
 #include <cohort/cohort.h>
 
 #include "hosts.h"
+#include "rank_monitor.h"
 #include "text.h"
 
 extern char** environ;
@@ -170,6 +171,8 @@ Context current_context() {
   c.cores = count_cores();
   std::vector<char> buffer(4096);
   if (getcwd(buffer.data(), buffer.size())) c.cwd = buffer.data();
+  const ssize_t n = readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
+  if (n > 0) c.self_exe.assign(buffer.data(), static_cast<size_t>(n));
   return c;
 }
 
@@ -250,6 +253,8 @@ Plan build_plan(const Request& request, int np, const Context& context) {
     a.push_back(value ? name + "=" + *value : name);
   }
   a.insert(a.end(), user.begin(), user.end());
+  if (request.rank_monitor && !context.self_exe.empty())
+    a.insert(a.end(), {context.self_exe, std::string(kRankMonitorFlag), "--"});
   a.insert(a.end(), request.program.begin(), request.program.end());
   return plan;
 }

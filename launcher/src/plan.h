@@ -18,6 +18,7 @@ struct Context {
   bool stdout_tty = false;                  // cohortrun's stdout is a terminal
   int cores = 1;                            // cores of this host (slots when no -H)
   std::string cwd;                          // to make --output-dir absolute
+  std::string self_exe;                     // this cohortrun, the ranks' monitor ("" = none)
 };
 
 // The context of the calling process.

@@ -17,6 +17,7 @@ import unittest
 COHORTRUN = os.environ["COHORTRUN"]
 HELLO = os.environ["COHORT_HELLO"]
 PROBE = os.environ["LAUNCHER_PROBE"]
+MPI_FAIL = os.environ["LAUNCHER_MPI_FAIL"]
 ROOT = os.geteuid() == 0
 TIMEOUT = 60
 
@@ -66,7 +67,8 @@ class DryRun(unittest.TestCase):
                      "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "NCCL_IB_DISABLE", "-x", "OMP_WAIT_POLICY=PASSIVE",
                      "-x", "COHORT_PROGRESS=plain", "-x", "NCCL_DEBUG=INFO", "-x", "A=x y;$(z)",
                      "-x", "COHORT_FUSION_THRESHOLD_MB=64", "-x", "COHORT_CYCLE_TIME_MS=2",
-                     "-x", "COHORT_TIMELINE_FILE=/tmp/t l.json", "-mca", "btl", "self,vader"] + program)
+                     "-x", "COHORT_TIMELINE_FILE=/tmp/t l.json", "-mca", "btl", "self,vader",
+                     os.path.realpath(COHORTRUN), "--rank-monitor", "--"] + program)
         line = r.stdout.rstrip("\n")
         self.assertNotIn("\n", line)
         self.assertEqual(shlex.split(line), expected)
@@ -105,7 +107,8 @@ class Hello(unittest.TestCase):
     def hello(self, np):
         r = run(["-np", str(np), HELLO])
         self.assertEqual(r.returncode, 0, r.stderr)
-        lines = [l for l in r.stdout.splitlines() if l.startswith("rank ")]
+        # Each rank's stdout reaches mpirun through its own pipe: lines may interleave.
+        lines = sorted((l for l in r.stdout.splitlines() if l.startswith("rank ")), key=lambda l: int(l.split()[1]))
         self.assertEqual(len(lines), np, r.stdout)
         for rank, line in enumerate(lines):
             self.assertRegex(line, rf"^rank {rank} of {np}: local {rank} of {np}, node 0 of 1, device cpu, ")
@@ -151,7 +154,9 @@ class Signals(unittest.TestCase):
                 ranks.append(int(f.read()))
         mpirun = children(proc.pid)
         self.assertEqual(len(mpirun), 1)
-        return proc, ranks, mpirun[0]
+        monitors = children(mpirun[0])
+        self.assertEqual(len(monitors), 2)
+        return proc, ranks + monitors, mpirun[0]
 
     def forwarded(self, sig, status):
         with tempfile.TemporaryDirectory() as pids:
@@ -180,15 +185,55 @@ class Signals(unittest.TestCase):
 
 
 class FailingRank(unittest.TestCase):
+    # Open MPI 4.1 drops its own "which process" report in about a quarter of these
+    # jobs; the rank monitor's line makes the answer certain: repeat to show it.
     def test_exit_status_names_the_rank(self):
-        r = run(["-np", "2", PROBE, "--fail-rank", "1", "--exit-code", "3"])
-        self.assertEqual(r.returncode, 3, r.stderr)
-        self.assertIn("cohortrun: job failed (exit status 3): rank 1 exited with status 3", r.stderr)
+        for _ in range(5):
+            r = run(["-np", "2", PROBE, "--fail-rank", "1", "--exit-code", "3"])
+            self.assertEqual(r.returncode, 3, r.stderr)
+            self.assertRegex(r.stderr, r"cohortrun: job failed \(exit status 3\): rank 1 \(on \S+\) exited with status 3")
 
     def test_signal_names_the_rank(self):
-        r = run(["-np", "3", PROBE, "--signal-rank", "2", "--signal", str(int(signal.SIGSEGV))])
-        self.assertEqual(r.returncode, 128 + signal.SIGSEGV, r.stderr)
-        self.assertRegex(r.stderr, r"cohortrun: job failed \(exit status 139\): rank 2 \(on \S+\) was killed by SIGSEGV")
+        for _ in range(5):
+            r = run(["-np", "3", PROBE, "--signal-rank", "2", "--signal", str(int(signal.SIGSEGV))])
+            self.assertEqual(r.returncode, 128 + signal.SIGSEGV, r.stderr)
+            self.assertRegex(r.stderr,
+                             r"cohortrun: job failed \(exit status 139\): rank 2 \(on \S+\) was killed by SIGSEGV")
+
+    def test_without_the_monitor_mpirun_alone_decides(self):
+        r = run(["-np", "2", "--no-rank-monitor", PROBE, "--fail-rank", "1", "--exit-code", "4"])
+        self.assertEqual(r.returncode, 4, r.stderr)
+        self.assertRegex(r.stderr, r"cohortrun: job (failed \(exit status 4\): rank 1 exited with status 4|"
+                                   r"of 2 ranks failed with exit status 4 \(mpirun did not say which rank\))")
+
+    def test_program_that_cannot_start_on_a_rank(self):
+        with tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "bad-interpreter")
+            with open(script, "w") as f:
+                f.write("#!/no/such/interpreter\n")
+            os.chmod(script, 0o755)
+            r = run(["-np", "2", script])
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("cannot execute " + script, r.stderr)
+
+
+    def test_mpi_abort_names_the_rank_and_code(self):
+        # The MPI_ABORT message travels from the rank to mpirun while the job is torn
+        # down; Open MPI 4.1 loses it in ~1 of 20 runs ("ORTE_ERROR_LOG: Out of resource
+        # in file …show_help.c"), and then nobody can name the rank. Retry those.
+        for _ in range(5):
+            r = run(["-np", "2", MPI_FAIL, "abort", "1", "7"])
+            self.assertEqual(r.returncode, 7, r.stderr)
+            if "show_help.c" not in r.stderr:
+                break
+            self.assertIn("mpirun did not say which rank", r.stderr)
+        self.assertIn("cohortrun: job failed (exit status 7): rank 1 called MPI_Abort on MPI_COMM_WORLD with error "
+                      "code 7", r.stderr)
+
+    def test_exit_without_finalize_names_the_rank(self):
+        r = run(["-np", "3", MPI_FAIL, "no-finalize", "2"])
+        self.assertNotEqual(r.returncode, 0, r.stderr)
+        self.assertRegex(r.stderr, r"rank 2 \(on \S+\) exited without finalizing MPI")
 
 
 class CheckBuild(unittest.TestCase):

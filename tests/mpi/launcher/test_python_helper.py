@@ -46,7 +46,7 @@ class Run(unittest.TestCase):
         with self.assertRaises(cohort.CohortRunError) as caught:
             quiet(cohort.run, np=2, program=PROBE, args=["--fail-rank", "1", "--exit-code", "5"])
         self.assertEqual(caught.exception.returncode, 5)
-        self.assertIn("rank 1 exited with status 5", str(caught.exception))
+        self.assertRegex(str(caught.exception), r"rank 1 \(on \S+\) exited with status 5")
 
     def test_bad_input_raises_with_status_2(self):
         with self.assertRaises(cohort.CohortRunError) as caught:

@@ -196,6 +196,17 @@ TEST(LauncherArgv, EveryOptionTogether) {
                   {"-map-by", "node", "/bin/echo", "x y"}}));
 }
 
+TEST(LauncherArgv, RanksRunUnderTheRankMonitorUnlessAskedNotTo) {
+  Context c = plain_context();
+  c.self_exe = "/opt/cohort/bin/cohortrun";
+  EXPECT_EQ(plan({"-np", "2", "--mpi-args", "-mca btl_base_verbose 1", "--", "/bin/echo", "-x"}, c),
+            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports,
+                  {"-mca", "btl_base_verbose", "1", "/opt/cohort/bin/cohortrun", "--rank-monitor", "--", "/bin/echo",
+                   "-x"}}));
+  EXPECT_EQ(plan({"-np", "2", "--no-rank-monitor", "/bin/echo"}, c),
+            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports, {"/bin/echo"}}));
+}
+
 TEST(LauncherArgv, DryRunLineIsShellQuoted) {
   EXPECT_EQ(shell_join({"/usr/bin/mpirun", "-x", "A=x y;$(z)", "it's", "", "plain-word_1.2,3:4"}),
             "/usr/bin/mpirun -x 'A=x y;$(z)' 'it'\\''s' '' plain-word_1.2,3:4");

@@ -13,6 +13,7 @@
 #include "hosts.h"
 #include "json.h"
 #include "plan.h"
+#include "rank_monitor.h"
 #include "sweep.h"
 #include "text.h"
 
@@ -162,6 +163,26 @@ TEST(LauncherFailure, NamesTheRankThatWasKilled) {
   EXPECT_EQ(f->signal, 11);
   EXPECT_EQ(f->node, "vm");
   EXPECT_EQ(f->reason, "rank 2 (on vm) was killed by SIGSEGV (Segmentation fault)");
+}
+
+// The rank monitor's line is read even when mpirun's own report is missing, also
+// behind a --tag-output prefix; mpirun's MPI_Abort report still wins.
+TEST(LauncherFailure, ReadsTheRankMonitorLine) {
+  const std::string exited = rank_report(1, 4242, "node7", 3, 0);
+  EXPECT_EQ(exited, "cohortrun: rank 1 (pid 4242 on node7) exited with status 3");
+  auto f = find_rank_failure("[1,1]<stderr>:" + exited + "\n------\nPrimary job  terminated normally\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 1);
+  EXPECT_EQ(f->exit_code, 3);
+  EXPECT_EQ(f->reason, "rank 1 (on node7) exited with status 3");
+  f = find_rank_failure(rank_report(2, 1, "vm", 0, 11) + "\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->signal, 11);
+  EXPECT_EQ(f->reason, "rank 2 (on vm) was killed by SIGSEGV (Segmentation fault)");
+  f = find_rank_failure(rank_report(0, 1, "vm", 7, 0) +
+                        "\nMPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD\nwith errorcode 7.\n");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->abort_code, 7);
 }
 
 TEST(LauncherFailure, NamesTheRankThatAborted) {
