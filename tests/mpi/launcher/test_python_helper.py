@@ -4,6 +4,8 @@ matplotlib and exits 77 (ctest: skipped) without it."""
 import contextlib
 import io
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -88,7 +90,33 @@ class Plots(unittest.TestCase):
         plt.close("all")
 
 
+class Install(unittest.TestCase):
+    """pip installs the package (as ENVIRONMENT.md says) and the installed copy runs jobs."""
+
+    def test_pip_install_and_run(self):
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "launcher", "python")
+        with tempfile.TemporaryDirectory() as d:
+            shutil.copytree(source, d + "/src", ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+            pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-build-isolation",
+                                  "--break-system-packages", "--no-deps", "--target", d + "/site", d + "/src"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+            self.assertEqual(pip.returncode, 0, pip.stdout)
+            self.assertFalse(os.path.exists(d + "/site/cohort/_build_config.py"))
+            code = ("import cohort; s = cohort.run(np=2, program=%r, args=['--summary', '10'], echo=False); "
+                    "print(cohort.__file__, s['images_per_sec']['median'])" % PROBE)
+            env = dict(os.environ, PYTHONPATH=d + "/site", COHORTRUN=os.environ["COHORTRUN"])
+            r = subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.split(), [d + "/site/cohort/__init__.py", "19.0"])
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["Install"]:
+        import importlib.util
+        if not importlib.util.find_spec("pip") or not importlib.util.find_spec("setuptools"):
+            print("SKIPPED: pip or setuptools is not installed (Debian: python3-pip python3-setuptools)")
+            sys.exit(77)
     if sys.argv[1:] == ["Plots"]:
         try:
             import matplotlib  # noqa: F401
