@@ -5,7 +5,9 @@ ctest passes the binaries in COHORTRUN, COHORT_HELLO and LAUNCHER_PROBE and name
 test class to run. Every process is started with a timeout."""
 import json
 import os
+import pty
 import re
+import select
 import shlex
 import signal
 import subprocess
@@ -175,6 +177,32 @@ class Signals(unittest.TestCase):
 
     def test_sigterm_tears_the_job_down(self):
         self.forwarded(signal.SIGTERM, 143)
+
+    def test_ctrl_c_on_a_terminal(self):
+        """On a terminal the ranks are told COHORT_PROGRESS=tty, and Ctrl-C stops the job."""
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.execv(COHORTRUN, [COHORTRUN, "-np", "2", PROBE, "--print-env", "COHORT_PROGRESS", "--sleep", "60"])
+        out = b""
+        deadline = time.time() + 20
+        while out.count(b"COHORT_PROGRESS=tty") < 2 and time.time() < deadline:
+            if select.select([fd], [], [], 0.1)[0]:
+                out += os.read(fd, 4096)
+        self.assertEqual(out.count(b"COHORT_PROGRESS=tty"), 2, out)
+        os.write(fd, b"\x03")  # the terminal turns it into SIGINT for the foreground group
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                data = os.read(fd, 4096)
+            except OSError:  # EIO: the terminal's last user is gone
+                break
+            if not data:
+                break
+            out += data
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 130, out)
+        self.assertIn(b"the job was stopped by SIGINT", out)
 
     def test_killed_cohortrun_takes_the_job_with_it(self):
         with tempfile.TemporaryDirectory() as pids:
