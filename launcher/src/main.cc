@@ -30,7 +30,7 @@ void make_directories(const std::string& dir) {
   }
 }
 
-void notes(const Request& request, const Plan& plan, const Context& context, int np) {
+void notes(const Plan& plan, const Context& context, int np) {
   if (context.root) std::fputs("cohortrun: running as root: passing --allow-run-as-root to mpirun\n", stderr);
   if (plan.oversubscribed)
     std::fprintf(stderr, "cohortrun: %d ranks on %d slot%s: oversubscribing (ranks yield when idle)\n", np, plan.slots,
@@ -40,7 +40,7 @@ void notes(const Request& request, const Plan& plan, const Context& context, int
 int run(const Request& request) {
   const Context context = current_context();
   const Plan plan = build_plan(request, request.np, context);
-  notes(request, plan, context, request.np);
+  notes(plan, context, request.np);
   if (request.dry_run) {
     std::printf("%s\n", shell_join(plan.argv).c_str());
     return 0;

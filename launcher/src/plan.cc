@@ -176,6 +176,72 @@ Context current_context() {
   return c;
 }
 
+namespace {
+
+// mpirun's own options: hosts, root, oversubscription, the recommended flags (less those
+// that --mpi-args overrides), output handling.
+std::vector<std::string> mpirun_options(const Request& request, const Plan& plan, const Context& context,
+                                        const std::set<std::string>& overridden) {
+  std::vector<std::string> a;
+  if (!request.host_list.empty()) a.insert(a.end(), {"-H", request.host_list});
+  if (!request.hostfile.empty()) a.insert(a.end(), {"--hostfile", request.hostfile});
+  if (context.root) a.push_back("--allow-run-as-root");
+  if (plan.oversubscribed) a.push_back("--oversubscribe");
+  std::vector<Flag> flags = {
+      {{"-bind-to", "none"}, "bind-to"},
+      {{"-map-by", "slot"}, "map-by"},
+      {{"-mca", "pml", "ob1"}, "mca:pml"},
+      {{"-mca", "btl", "self,vader,tcp"}, "mca:btl"},
+      // Without this, Open MPI folds the "rank R exited on signal S" report away.
+      {{"-mca", "orte_base_help_aggregate", "0"}, "mca:orte_base_help_aggregate"},
+  };
+  if (plan.oversubscribed) flags.push_back({{"-mca", "mpi_yield_when_idle", "1"}, "mca:mpi_yield_when_idle"});
+  for (const Flag& f : flags)
+    if (!overridden.count(f.key)) a.insert(a.end(), f.words.begin(), f.words.end());
+  if (request.tag_output) a.push_back("--tag-output");
+  if (!plan.output_dir.empty()) a.insert(a.end(), {"--output-filename", plan.output_dir});
+  return a;
+}
+
+// The -x options: inherited variables by name (PATH and LD_LIBRARY_PATH first), then
+// OMP_WAIT_POLICY and COHORT_PROGRESS, then what the command line set. An explicit
+// value replaces an inherited variable of the same name.
+std::vector<std::string> export_options(const Request& request, const Context& context) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> exports;
+  std::set<std::string> explicit_names;
+  for (const Export& e : request.exports) explicit_names.insert(e.name);
+  std::vector<std::string> inherited;
+  for (const auto& [name, value] : context.env) {
+    if (!exported_by_name(name) || explicit_names.count(name)) continue;
+    if (starts_with(name, "COHORT_")) check_inherited_setting(name, value);
+    if (name != "PATH" && name != "LD_LIBRARY_PATH") inherited.push_back(name);
+  }
+  for (const char* first : {"LD_LIBRARY_PATH", "PATH"})
+    if (context.env.count(first) && !explicit_names.count(first)) inherited.insert(inherited.begin(), first);
+  for (const std::string& name : inherited) exports.emplace_back(name, std::nullopt);
+
+  if (!context.env.count("OMP_WAIT_POLICY") && !explicit_names.count("OMP_WAIT_POLICY"))
+    exports.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
+  // Ranks cannot see the user's terminal: an unset or "auto" COHORT_PROGRESS is decided here.
+  const auto progress = context.env.find("COHORT_PROGRESS");
+  const bool progress_set = explicit_names.count("COHORT_PROGRESS") ||
+                            (progress != context.env.end() && (progress->second == "tty" || progress->second == "plain"));
+  if (!progress_set) {
+    std::erase_if(exports, [](const auto& e) { return e.first == "COHORT_PROGRESS"; });
+    exports.emplace_back("COHORT_PROGRESS", context.stdout_tty ? "tty" : "plain");
+  }
+  for (const Export& e : request.exports) exports.emplace_back(e.name, e.value);
+
+  std::vector<std::string> a;
+  for (const auto& [name, value] : exports) {
+    a.push_back("-x");
+    a.push_back(value ? name + "=" + *value : name);
+  }
+  return a;
+}
+
+}  // namespace
+
 Plan build_plan(const Request& request, int np, const Context& context) {
   Plan plan;
   const std::string mpirun = resolve_mpirun(request, context);
@@ -204,55 +270,8 @@ Plan build_plan(const Request& request, int np, const Context& context) {
 
   std::vector<std::string>& a = plan.argv;
   a = {mpirun, "-np", std::to_string(np)};
-  if (!request.host_list.empty()) a.insert(a.end(), {"-H", request.host_list});
-  if (!request.hostfile.empty()) a.insert(a.end(), {"--hostfile", request.hostfile});
-  if (context.root) a.push_back("--allow-run-as-root");
-  if (plan.oversubscribed) a.push_back("--oversubscribe");
-
-  std::vector<Flag> flags = {
-      {{"-bind-to", "none"}, "bind-to"},
-      {{"-map-by", "slot"}, "map-by"},
-      {{"-mca", "pml", "ob1"}, "mca:pml"},
-      {{"-mca", "btl", "self,vader,tcp"}, "mca:btl"},
-      // Without this, Open MPI folds the "rank R exited on signal S" report away.
-      {{"-mca", "orte_base_help_aggregate", "0"}, "mca:orte_base_help_aggregate"},
-  };
-  if (plan.oversubscribed) flags.push_back({{"-mca", "mpi_yield_when_idle", "1"}, "mca:mpi_yield_when_idle"});
-  for (const Flag& f : flags)
-    if (!overridden.count(f.key)) a.insert(a.end(), f.words.begin(), f.words.end());
-  if (request.tag_output) a.push_back("--tag-output");
-  if (!plan.output_dir.empty()) a.insert(a.end(), {"--output-filename", plan.output_dir});
-
-  // Explicit values win over inherited ones; the inherited keep their own value (-x NAME).
-  std::vector<std::pair<std::string, std::optional<std::string>>> exports;
-  std::set<std::string> explicit_names;
-  for (const Export& e : request.exports) explicit_names.insert(e.name);
-  std::vector<std::string> inherited;
-  for (const auto& [name, value] : context.env) {
-    if (!exported_by_name(name) || explicit_names.count(name)) continue;
-    if (starts_with(name, "COHORT_")) check_inherited_setting(name, value);
-    if (name != "PATH" && name != "LD_LIBRARY_PATH") inherited.push_back(name);
-  }
-  for (const char* first : {"LD_LIBRARY_PATH", "PATH"})
-    if (context.env.count(first) && !explicit_names.count(first)) inherited.insert(inherited.begin(), first);
-  for (const std::string& name : inherited) exports.emplace_back(name, std::nullopt);
-
-  if (!context.env.count("OMP_WAIT_POLICY") && !explicit_names.count("OMP_WAIT_POLICY"))
-    exports.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
-  const auto progress = context.env.find("COHORT_PROGRESS");
-  const bool progress_set = explicit_names.count("COHORT_PROGRESS") ||
-                            (progress != context.env.end() && (progress->second == "tty" || progress->second == "plain"));
-  if (!progress_set) {
-    std::erase_if(exports, [](const auto& e) { return e.first == "COHORT_PROGRESS"; });
-    exports.emplace_back("COHORT_PROGRESS", context.stdout_tty ? "tty" : "plain");
-  }
-  for (const Export& e : request.exports) exports.emplace_back(e.name, e.value);
-
-  for (const auto& [name, value] : exports) {
-    a.push_back("-x");
-    a.push_back(value ? name + "=" + *value : name);
-  }
-  a.insert(a.end(), user.begin(), user.end());
+  for (auto part : {mpirun_options(request, plan, context, overridden), export_options(request, context), user})
+    a.insert(a.end(), part.begin(), part.end());
   if (request.rank_monitor && !context.self_exe.empty())
     a.insert(a.end(), {context.self_exe, std::string(kRankMonitorFlag), "--"});
   a.insert(a.end(), request.program.begin(), request.program.end());
