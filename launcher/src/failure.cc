@@ -30,10 +30,23 @@ int signal_number(const std::string& name) {
 }
 
 std::optional<RankFailure> find_rank_failure(std::string_view text_view) {
-  // mpirun wraps its messages at fixed widths: match across line breaks.
-  std::string text(text_view);
-  for (char& c : text)
-    if (c == '\n' || c == '\r') c = ' ';
+  // mpirun wraps its messages at fixed widths: match across line breaks. Only short
+  // lines (theirs are < 100 characters) with whitespace runs collapsed are searched,
+  // which keeps libstdc++'s recursive regex matcher shallow whatever the ranks print.
+  std::string text;
+  size_t start = 0;
+  while (start < text_view.size()) {
+    size_t end = text_view.find('\n', start);
+    if (end == std::string_view::npos) end = text_view.size();
+    const std::string_view line = text_view.substr(start, end - start);
+    start = end + 1;
+    if (line.size() > 400) continue;
+    for (char c : line) {
+      if (c == ' ' || c == '\t' || c == '\r') c = ' ';
+      if (c != ' ' || (!text.empty() && text.back() != ' ')) text += c;
+    }
+    if (!text.empty() && text.back() != ' ') text += ' ';
+  }
   std::smatch m;
   RankFailure f;
   static const std::regex signal_re(

@@ -185,6 +185,17 @@ TEST(LauncherFailure, ReadsTheRankMonitorLine) {
   EXPECT_EQ(f->abort_code, 7);
 }
 
+TEST(LauncherFailure, HugeOutputAroundTheReportIsHarmless) {
+  std::string text(300000, ' ');
+  text += "\n" + std::string(100000, 'x') + "\n";
+  for (int i = 0; i < 2000; ++i) text += "step " + std::to_string(i) + "    loss 2.3\n";
+  text += rank_report(3, 7, "h", 9, 0) + "\n";
+  text += std::string(200000, '(') + "\n";
+  const auto f = find_rank_failure(text);
+  ASSERT_TRUE(f);
+  EXPECT_EQ(f->rank, 3);
+}
+
 TEST(LauncherFailure, NamesTheRankThatAborted) {
   const auto f = find_rank_failure(
       "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 7.\n\nNOTE: invoking MPI_ABORT");
