@@ -323,8 +323,8 @@ Launcher options:
   --nccl-debug LEVEL    NCCL_DEBUG on every rank (VERSION, WARN, INFO, TRACE, ABORT)
   --output-dir DIR      also write each rank's output to DIR/1/rank.N/{stdout,stderr}
   --tag-output          prefix each output line with the rank that wrote it
-  --no-rank-monitor     start PROGRAM directly, not under `cohortrun --rank-monitor` (which
-                        names a rank that fails; it needs cohortrun at the same path on every host)
+  --no-rank-monitor     start PROGRAM directly, not under cohortrun-monitor (which names a
+                        rank that fails; it must be at the same path on every host)
   --mpirun PATH         the mpirun to use (default: mpirun on PATH)
   --sweep-out PREFIX    sweep: write PREFIX.csv and PREFIX.json (default: cohort-sweep)
   --check-build         print what this build of cohort can do

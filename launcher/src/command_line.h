@@ -28,7 +28,7 @@ struct Request {
   std::vector<Export> exports;        // library settings, --env, --nccl-debug, in command-line order
   std::string output_dir;             // --output-dir
   bool tag_output = false;
-  bool rank_monitor = true;           // run each rank under `cohortrun --rank-monitor`
+  bool rank_monitor = true;           // run each rank under cohortrun-monitor
   std::string mpirun;                 // --mpirun PATH ("" = mpirun on PATH)
   std::string sweep_prefix;           // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
   std::vector<std::string> program;   // PROGRAM ARGS...

@@ -14,7 +14,6 @@
 #include "command_line.h"
 #include "job.h"
 #include "plan.h"
-#include "rank_monitor.h"
 #include "sweep.h"
 #include "text.h"
 
@@ -32,6 +31,9 @@ void make_directories(const std::string& dir) {
 
 void notes(const Plan& plan, const Context& context, int np) {
   if (context.root) std::fputs("cohortrun: running as root: passing --allow-run-as-root to mpirun\n", stderr);
+  if (!plan.monitored)
+    std::fputs("cohortrun: no cohortrun-monitor next to cohortrun: a failing rank is named only when mpirun "
+               "reports it\n", stderr);
   if (plan.oversubscribed)
     std::fprintf(stderr, "cohortrun: %d ranks on %d slot%s: oversubscribing (ranks yield when idle)\n", np, plan.slots,
                  plan.slots == 1 ? "" : "s");
@@ -60,10 +62,6 @@ int run(const Request& request) {
 
 int main(int argc, char** argv) {
   using namespace cohortrun;
-  if (argc > 1 && argv[1] == kRankMonitorFlag) {  // mpirun starting one rank (rank_monitor.h)
-    const int skip = argc > 2 && std::string(argv[2]) == "--" ? 3 : 2;
-    return run_rank_monitor(std::vector<std::string>(argv + skip, argv + argc));
-  }
   try {
     const Request request = parse_command_line(std::vector<std::string>(argv + 1, argv + argc));
     switch (request.mode) {

@@ -172,7 +172,11 @@ Context current_context() {
   std::vector<char> buffer(4096);
   if (getcwd(buffer.data(), buffer.size())) c.cwd = buffer.data();
   const ssize_t n = readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
-  if (n > 0) c.self_exe.assign(buffer.data(), static_cast<size_t>(n));
+  if (n > 0) {
+    std::string self(buffer.data(), static_cast<size_t>(n));
+    const std::string monitor = self.substr(0, self.rfind('/') + 1) + std::string(kRankMonitorName);
+    if (is_executable_file(monitor)) c.monitor = monitor;
+  }
   return c;
 }
 
@@ -272,8 +276,8 @@ Plan build_plan(const Request& request, int np, const Context& context) {
   a = {mpirun, "-np", std::to_string(np)};
   for (auto part : {mpirun_options(request, plan, context, overridden), export_options(request, context), user})
     a.insert(a.end(), part.begin(), part.end());
-  if (request.rank_monitor && !context.self_exe.empty())
-    a.insert(a.end(), {context.self_exe, std::string(kRankMonitorFlag), "--"});
+  plan.monitored = !request.rank_monitor || !context.monitor.empty();
+  if (request.rank_monitor && !context.monitor.empty()) a.insert(a.end(), {context.monitor, "--"});
   a.insert(a.end(), request.program.begin(), request.program.end());
   return plan;
 }

@@ -18,7 +18,7 @@ struct Context {
   bool stdout_tty = false;                  // cohortrun's stdout is a terminal
   int cores = 1;                            // cores of this host (slots when no -H)
   std::string cwd;                          // to make --output-dir absolute
-  std::string self_exe;                     // this cohortrun, the ranks' monitor ("" = none)
+  std::string monitor;                      // cohortrun-monitor next to this cohortrun ("" = none)
 };
 
 // The context of the calling process.
@@ -33,6 +33,7 @@ struct Plan {
   int slots = 0;                  // slots known (from -H, --hostfile, or cores)
   bool oversubscribed = false;    // np > slots
   std::string output_dir;         // absolute --output-dir, or ""
+  bool monitored = true;          // each rank runs under cohortrun-monitor (or it was not asked for)
 };
 
 // Throws UsageError for a program that is not found or not executable, a missing

@@ -40,7 +40,7 @@ std::string rank_report(int rank, long pid, const std::string& host, int exit_co
 int run_rank_monitor(const std::vector<std::string>& program) {
   const int rank = rank_from_environment();
   if (program.empty()) {
-    say("cohortrun --rank-monitor: no program to run");
+    say("cohortrun-monitor: no program to run (usage: cohortrun-monitor -- PROGRAM ARGS)");
     return 2;
   }
   sigset_t mask, old;

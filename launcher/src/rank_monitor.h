@@ -1,5 +1,5 @@
-// The per-rank side of cohortrun. mpirun starts `cohortrun --rank-monitor -- PROGRAM
-// ARGS` on every rank; it runs PROGRAM as its child, passes signals on, and exits the
+// The per-rank side of cohortrun. mpirun starts `cohortrun-monitor -- PROGRAM ARGS`
+// (installed next to cohortrun) on every rank; it runs PROGRAM as its child, passes signals on, and exits the
 // way PROGRAM did. When PROGRAM fails on its own (not because the job was being torn
 // down), it first writes one line naming the rank to stderr, which mpirun relays
 // before it acts on the exit. Open MPI 4.1 drops its own "which process failed"
@@ -13,8 +13,8 @@
 
 namespace cohortrun {
 
-// The flag that makes cohortrun a rank monitor.
-inline constexpr std::string_view kRankMonitorFlag = "--rank-monitor";
+// The monitor's file name; cohortrun looks for it in its own directory.
+inline constexpr std::string_view kRankMonitorName = "cohortrun-monitor";
 
 // Runs the program; returns only when it cannot be started (the status to exit with).
 int run_rank_monitor(const std::vector<std::string>& program);

@@ -70,7 +70,7 @@ class DryRun(unittest.TestCase):
                      "-x", "COHORT_PROGRESS=plain", "-x", "NCCL_DEBUG=INFO", "-x", "A=x y;$(z)",
                      "-x", "COHORT_FUSION_THRESHOLD_MB=64", "-x", "COHORT_CYCLE_TIME_MS=2",
                      "-x", "COHORT_TIMELINE_FILE=/tmp/t l.json", "-mca", "btl", "self,vader",
-                     os.path.realpath(COHORTRUN), "--rank-monitor", "--"] + program)
+                     os.path.join(os.path.dirname(os.path.realpath(COHORTRUN)), "cohortrun-monitor"), "--"] + program)
         line = r.stdout.rstrip("\n")
         self.assertNotIn("\n", line)
         self.assertEqual(shlex.split(line), expected)

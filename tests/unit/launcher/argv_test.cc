@@ -198,10 +198,10 @@ TEST(LauncherArgv, EveryOptionTogether) {
 
 TEST(LauncherArgv, RanksRunUnderTheRankMonitorUnlessAskedNotTo) {
   Context c = plain_context();
-  c.self_exe = "/opt/cohort/bin/cohortrun";
+  c.monitor = "/opt/cohort/bin/cohortrun-monitor";
   EXPECT_EQ(plan({"-np", "2", "--mpi-args", "-mca btl_base_verbose 1", "--", "/bin/echo", "-x"}, c),
             join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports,
-                  {"-mca", "btl_base_verbose", "1", "/opt/cohort/bin/cohortrun", "--rank-monitor", "--", "/bin/echo",
+                  {"-mca", "btl_base_verbose", "1", "/opt/cohort/bin/cohortrun-monitor", "--", "/bin/echo",
                    "-x"}}));
   EXPECT_EQ(plan({"-np", "2", "--no-rank-monitor", "/bin/echo"}, c),
             join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports, {"/bin/echo"}}));
