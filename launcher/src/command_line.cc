@@ -331,7 +331,7 @@ Launcher options:
   --help, --version
 
 Library settings (sent to the ranks as COHORT_<KEY>; '-' and '_' alike):
-  --key=value or --key value; booleans also --key and --no-key. See cohort-options.
+  --key=value or --key value; booleans also --key and --no-key. They are:
 )";
 }
 

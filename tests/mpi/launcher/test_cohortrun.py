@@ -274,6 +274,13 @@ class CheckBuild(unittest.TestCase):
         self.assertRegex(r.stdout, r"(?m)^oneDNN\s+\d+\.\d+\.\d+")
 
 
+    def test_help_lists_launcher_options_and_library_settings(self):
+        r = run(["--help"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for text in ("--dry-run", "--mpi-args", "--nccl-debug LEVEL", "--fusion_threshold_mb=FLOAT", "--timeline_file"):
+            self.assertIn(text, r.stdout)
+
+
 class Sweep(unittest.TestCase):
     def test_table_csv_and_json_from_real_runs(self):
         with tempfile.TemporaryDirectory() as d:
