@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import cohort
@@ -30,6 +31,22 @@ class Run(unittest.TestCase):
         self.assertAlmostEqual(summary["images_per_sec"]["median"], 190.0)
         self.assertIn("rank 1 of 2 ready\n", out)
         self.assertIn("step 10 images/sec: 190.0\n", out)
+
+    def test_output_arrives_while_the_job_runs(self):
+        class Clock(io.StringIO):
+            def __init__(self):
+                super().__init__()
+                self.when = {}
+
+            def write(self, text):
+                self.when.setdefault(text.strip(), time.monotonic())
+                return super().write(text)
+
+        out = Clock()
+        with contextlib.redirect_stdout(out):
+            cohort.run(np=1, program=PROBE, args=["--sleep", "1.5", "--summary", "10"])
+        ended = time.monotonic()
+        self.assertLess(out.when["rank 0 of 1 ready"], ended - 1.0, out.getvalue())
 
     def test_settings_and_env_reach_the_ranks(self):
         _, out = quiet(cohort.run, np=2, program=PROBE, settings={"fusion_threshold_mb": 32, "resume": False},
