@@ -13,9 +13,9 @@
 #include <vector>
 
 #if COHORT_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#include <cudnn.h>
-#include <nccl.h>
+#  include <cuda_runtime_api.h>
+#  include <cudnn.h>
+#  include <nccl.h>
 #endif
 
 #include "core/status.h"
@@ -45,11 +45,16 @@ struct BuildFacts {
 
 const char* dnnl_runtime_name(unsigned runtime) {
   switch (runtime) {
-    case DNNL_RUNTIME_SEQ: return "sequential";
-    case DNNL_RUNTIME_OMP: return "OpenMP";
-    case DNNL_RUNTIME_TBB: return "TBB";
-    case DNNL_RUNTIME_THREADPOOL: return "threadpool";
-    default: return "unknown";
+    case DNNL_RUNTIME_SEQ:
+      return "sequential";
+    case DNNL_RUNTIME_OMP:
+      return "OpenMP";
+    case DNNL_RUNTIME_TBB:
+      return "TBB";
+    case DNNL_RUNTIME_THREADPOOL:
+      return "threadpool";
+    default:
+      return "unknown";
   }
 }
 

@@ -19,10 +19,10 @@ struct LauncherOption {
   bool takes_value;
 };
 constexpr LauncherOption kLauncherOptions[] = {
-    {"np", true},         {"host", true},       {"hostfile", true},   {"dry_run", false},
-    {"mpi_args", true},   {"env", true},        {"nccl_debug", true}, {"output_dir", true},
-    {"tag_output", false}, {"mpirun", true},    {"check_build", false}, {"help", false},
-    {"version", false},   {"sweep_out", true},  {"no_rank_monitor", false},
+    {"np", true},          {"host", true},      {"hostfile", true},         {"dry_run", false},
+    {"mpi_args", true},    {"env", true},       {"nccl_debug", true},       {"output_dir", true},
+    {"tag_output", false}, {"mpirun", true},    {"check_build", false},     {"help", false},
+    {"version", false},    {"sweep_out", true}, {"no_rank_monitor", false},
 };
 
 std::string normalize(std::string_view flag) {
@@ -154,8 +154,7 @@ class Parser {
     if (arg == "-H") return launcher("host", arg, std::nullopt, i);
     if (arg == "-h") return launcher("help", arg, std::nullopt, i);
     if (arg.rfind("--", 0) != 0)
-      throw UsageError("unknown option '" + arg + "'" + suggest(normalize(arg.substr(1))) +
-                       "; see cohortrun --help");
+      throw UsageError("unknown option '" + arg + "'" + suggest(normalize(arg.substr(1))) + "; see cohortrun --help");
     const size_t eq = arg.find('=');
     const std::string flag = arg.substr(0, eq);
     std::optional<std::string> inline_value;
@@ -266,8 +265,7 @@ class Parser {
                          !request_.hostfile.empty() || request_.dry_run || !request_.mpi_args.empty() ||
                          !request_.exports.empty() || !request_.output_dir.empty() || request_.tag_output ||
                          !request_.rank_monitor;
-      if (other && special_mode_ != Mode::kHelp)
-        throw UsageError(*special_ + " takes no other option and no program");
+      if (other && special_mode_ != Mode::kHelp) throw UsageError(*special_ + " takes no other option and no program");
       request_.mode = special_mode_;
       return;
     }
@@ -275,8 +273,9 @@ class Parser {
       throw UsageError("-H and --hostfile cannot be combined: give the hosts one way");
     if (!request_.sweep_prefix.empty() && request_.mode != Mode::kSweep)
       throw UsageError("--sweep-out is only for cohortrun sweep");
-    if (!np_text_) throw UsageError(request_.mode == Mode::kSweep ? "missing -np N1,N2,… (the sizes to sweep)"
-                                                                   : "missing -np N (the number of ranks)");
+    if (!np_text_)
+      throw UsageError(request_.mode == Mode::kSweep ? "missing -np N1,N2,… (the sizes to sweep)"
+                                                     : "missing -np N (the number of ranks)");
     if (request_.mode == Mode::kSweep) {
       if (request_.dry_run) throw UsageError("--dry-run cannot be combined with sweep");
       size_t start = 0;

@@ -19,19 +19,19 @@ enum class Mode { kRun, kSweep, kCheckBuild, kHelp, kVersion };
 
 struct Request {
   Mode mode = Mode::kRun;
-  int np = 0;                        // kRun: ranks (0 = not given)
-  std::vector<int> sweep_sizes;      // kSweep: -np 1,2,4
-  std::string host_list;             // -H
-  std::string hostfile;              // --hostfile
+  int np = 0;                    // kRun: ranks (0 = not given)
+  std::vector<int> sweep_sizes;  // kSweep: -np 1,2,4
+  std::string host_list;         // -H
+  std::string hostfile;          // --hostfile
   bool dry_run = false;
   std::vector<std::string> mpi_args;  // each --mpi-args text, unsplit
   std::vector<Export> exports;        // library settings, --env, --nccl-debug, in command-line order
   std::string output_dir;             // --output-dir
   bool tag_output = false;
-  bool rank_monitor = true;           // run each rank under cohortrun-monitor
-  std::string mpirun;                 // --mpirun PATH ("" = mpirun on PATH)
-  std::string sweep_prefix;           // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
-  std::vector<std::string> program;   // PROGRAM ARGS...
+  bool rank_monitor = true;          // run each rank under cohortrun-monitor
+  std::string mpirun;                // --mpirun PATH ("" = mpirun on PATH)
+  std::string sweep_prefix;          // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
+  std::vector<std::string> program;  // PROGRAM ARGS...
 };
 
 // Parses everything after argv[0]. Throws UsageError for unknown options (with the

@@ -8,18 +8,30 @@ namespace cohortrun {
 
 std::string signal_name(int signal) {
   switch (signal) {
-    case SIGHUP: return "SIGHUP";
-    case SIGINT: return "SIGINT";
-    case SIGQUIT: return "SIGQUIT";
-    case SIGILL: return "SIGILL";
-    case SIGABRT: return "SIGABRT";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGKILL: return "SIGKILL";
-    case SIGSEGV: return "SIGSEGV";
-    case SIGPIPE: return "SIGPIPE";
-    case SIGTERM: return "SIGTERM";
-    default: return "signal " + std::to_string(signal);
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGINT:
+      return "SIGINT";
+    case SIGQUIT:
+      return "SIGQUIT";
+    case SIGILL:
+      return "SIGILL";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGPIPE:
+      return "SIGPIPE";
+    case SIGTERM:
+      return "SIGTERM";
+    default:
+      return "signal " + std::to_string(signal);
   }
 }
 
@@ -51,8 +63,10 @@ std::optional<RankFailure> find_rank_failure(std::string_view text_view) {
   RankFailure f;
   static const std::regex signal_re(
       R"(process rank (\d+) with PID \d+ on\s+node (\S+) exited on signal (\d+)(?: \(([^)]*)\))?)");
-  static const std::regex exit_re(R"(The first process to do so was:\s+Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(-?\d+))");
-  static const std::regex abort_re(R"(MPI_ABORT was invoked on rank (\d+) in communicator (\S+)\s+with errorcode (-?\d+))");
+  static const std::regex exit_re(
+      R"(The first process to do so was:\s+Process name: \[\[\d+,\d+\],(\d+)\]\s+Exit code:\s+(-?\d+))");
+  static const std::regex abort_re(
+      R"(MPI_ABORT was invoked on rank (\d+) in communicator (\S+)\s+with errorcode (-?\d+))");
   // The line of cohortrun's rank monitor (rank_monitor.h), possibly after a --tag-output prefix.
   static const std::regex monitor_re(
       R"(cohortrun: rank (\d+) \(pid \d+ on (\S+)\) (?:exited with status (\d+)|was killed by (\S+) \(([^)]*)\)))");
@@ -80,8 +94,8 @@ std::optional<RankFailure> find_rank_failure(std::string_view text_view) {
     f.node = m[2];
     f.signal = std::stoi(m[3]);
     std::string what = m[4].matched ? std::string(m[4]) : std::string(strsignal(f.signal));
-    f.reason = "rank " + std::to_string(f.rank) + " (on " + f.node + ") was killed by " + signal_name(f.signal) +
-               " (" + what + ")";
+    f.reason = "rank " + std::to_string(f.rank) + " (on " + f.node + ") was killed by " + signal_name(f.signal) + " (" +
+               what + ")";
   } else if (std::regex_search(text, m, exit_re)) {
     f.rank = std::stoi(m[1]);
     f.exit_code = std::stoi(m[2]);

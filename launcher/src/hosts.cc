@@ -12,8 +12,8 @@ namespace {
 bool valid_host_name(std::string_view name) {
   if (name.empty() || name.size() > 253) return false;
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-                    c == '.' || c == '_';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' || c == '_';
     if (!ok) return false;
   }
   return name.front() != '-' && name.front() != '.';
@@ -47,8 +47,8 @@ std::vector<Host> parse_host_list(std::string_view list) {
     if (colon != std::string_view::npos) {
       host.slots = parse_slots(entry.substr(colon + 1));
       if (host.slots < 0)
-        throw UsageError(where + "slot count '" + std::string(entry.substr(colon + 1)) + "' of host '" +
-                         host.name + "' is not a positive integer");
+        throw UsageError(where + "slot count '" + std::string(entry.substr(colon + 1)) + "' of host '" + host.name +
+                         "' is not a positive integer");
     }
     hosts.push_back(std::move(host));
     if (comma == std::string_view::npos) break;

@@ -108,7 +108,8 @@ class Job {
       for (int s : kForwarded) signal(s, SIG_DFL);
       sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
       execv(args[0], args.data());
-      const std::string message = std::string("cohortrun: cannot execute ") + args[0] + ": " + std::strerror(errno) + "\n";
+      const std::string message =
+          std::string("cohortrun: cannot execute ") + args[0] + ": " + std::strerror(errno) + "\n";
       write_all(STDERR_FILENO, message.data(), message.size());
       _exit(127);
     }
@@ -224,9 +225,7 @@ class Job {
 
 }  // namespace
 
-JobResult run_job(const std::vector<std::string>& argv, const JobOptions& options) {
-  return Job(argv, options).run();
-}
+JobResult run_job(const std::vector<std::string>& argv, const JobOptions& options) { return Job(argv, options).run(); }
 
 void report_job(const JobResult& result, int np) {
   if (result.interrupted_by) {

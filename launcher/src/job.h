@@ -20,8 +20,8 @@ struct JobOptions {
 };
 
 struct JobResult {
-  int exit_status = 0;     // what cohortrun exits with: the job's status, 128+N for signal N
-  int interrupted_by = 0;  // the signal cohortrun received and forwarded, or 0
+  int exit_status = 0;                 // what cohortrun exits with: the job's status, 128+N for signal N
+  int interrupted_by = 0;              // the signal cohortrun received and forwarded, or 0
   std::optional<RankFailure> failure;  // which rank failed, when mpirun said so
   std::string mpirun_stderr;           // what mpirun wrote to stderr (the tail)
 };

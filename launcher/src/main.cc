@@ -32,8 +32,10 @@ void make_directories(const std::string& dir) {
 void notes(const Plan& plan, const Context& context, int np) {
   if (context.root) std::fputs("cohortrun: running as root: passing --allow-run-as-root to mpirun\n", stderr);
   if (!plan.monitored)
-    std::fputs("cohortrun: no cohortrun-monitor next to cohortrun: a failing rank is named only when mpirun "
-               "reports it\n", stderr);
+    std::fputs(
+        "cohortrun: no cohortrun-monitor next to cohortrun: a failing rank is named only when mpirun "
+        "reports it\n",
+        stderr);
   if (plan.oversubscribed)
     std::fprintf(stderr, "cohortrun: %d ranks on %d slot%s: oversubscribing (ranks yield when idle)\n", np, plan.slots,
                  plan.slots == 1 ? "" : "s");

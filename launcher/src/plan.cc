@@ -25,7 +25,7 @@ namespace cohortrun {
 namespace {
 
 bool is_executable_file(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   // access() alone says yes to root for files with no execute bit at all.
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0 &&
          access(path.c_str(), X_OK) == 0;
@@ -96,7 +96,7 @@ void check_program(const std::string& program, const Context& context) {
   const auto path = context.env.find("PATH");
   const std::string search = path == context.env.end() ? "" : path->second;
   if (program.find('/') != std::string::npos) {
-    struct stat st{};
+    struct stat st {};
     if (stat(program.c_str(), &st) != 0)
       throw UsageError("program '" + program + "' does not exist (" + std::strerror(errno) + ")");
     if (S_ISDIR(st.st_mode)) throw UsageError("program '" + program + "' is a directory, not a program");
@@ -105,8 +105,8 @@ void check_program(const std::string& program, const Context& context) {
     return;
   }
   if (find_executable(program, search).empty())
-    throw UsageError("program '" + program + "' was not found on PATH, or is not executable there (PATH=" +
-                     search + "); give its path, e.g. ./" + program);
+    throw UsageError("program '" + program + "' was not found on PATH, or is not executable there (PATH=" + search +
+                     "); give its path, e.g. ./" + program);
 }
 
 // The recommended mpirun flags, each as a group that --mpi-args may override.
@@ -228,8 +228,9 @@ std::vector<std::string> export_options(const Request& request, const Context& c
     exports.emplace_back("OMP_WAIT_POLICY", "PASSIVE");
   // Ranks cannot see the user's terminal: an unset or "auto" COHORT_PROGRESS is decided here.
   const auto progress = context.env.find("COHORT_PROGRESS");
-  const bool progress_set = explicit_names.count("COHORT_PROGRESS") ||
-                            (progress != context.env.end() && (progress->second == "tty" || progress->second == "plain"));
+  const bool progress_set =
+      explicit_names.count("COHORT_PROGRESS") ||
+      (progress != context.env.end() && (progress->second == "tty" || progress->second == "plain"));
   if (!progress_set) {
     std::erase_if(exports, [](const auto& e) { return e.first == "COHORT_PROGRESS"; });
     exports.emplace_back("COHORT_PROGRESS", context.stdout_tty ? "tty" : "plain");
@@ -267,7 +268,7 @@ Plan build_plan(const Request& request, int np, const Context& context) {
 
   if (!request.output_dir.empty()) {
     plan.output_dir = request.output_dir[0] == '/' ? request.output_dir : context.cwd + "/" + request.output_dir;
-    struct stat st{};
+    struct stat st {};
     if (stat(plan.output_dir.c_str(), &st) == 0 && !S_ISDIR(st.st_mode))
       throw UsageError("--output-dir " + request.output_dir + ": exists and is not a directory");
   }

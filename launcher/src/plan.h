@@ -14,11 +14,11 @@ namespace cohortrun {
 // What build_plan needs to know about the process that runs cohortrun.
 struct Context {
   std::map<std::string, std::string> env;  // the environment
-  bool root = false;                        // euid is 0
-  bool stdout_tty = false;                  // cohortrun's stdout is a terminal
-  int cores = 1;                            // cores of this host (slots when no -H)
-  std::string cwd;                          // to make --output-dir absolute
-  std::string monitor;                      // cohortrun-monitor next to this cohortrun ("" = none)
+  bool root = false;                       // euid is 0
+  bool stdout_tty = false;                 // cohortrun's stdout is a terminal
+  int cores = 1;                           // cores of this host (slots when no -H)
+  std::string cwd;                         // to make --output-dir absolute
+  std::string monitor;                     // cohortrun-monitor next to this cohortrun ("" = none)
 };
 
 // The context of the calling process.

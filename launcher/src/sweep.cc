@@ -137,7 +137,9 @@ int run_sweep(const Request& request) {
     if (result.exit_status != 0)
       row.error = "the job failed with exit status " + std::to_string(result.exit_status);
     else if (summary.empty())
-      row.error = "no run summary line ({\"schema\": \"cohort.run/1\", …}) in the output: does the program print it with --json?";
+      row.error =
+          "no run summary line ({\"schema\": \"cohort.run/1\", …}) in the output: does the program print it with "
+          "--json?";
     else
       read_summary(row, summary);
     rows.push_back(std::move(row));

@@ -22,8 +22,8 @@ struct SweepRow {
   std::optional<double> speedup;         // rate / rate of the first size that worked
   std::optional<double> efficiency;      // speedup / (ranks / ranks of that size)
   int exit_status = 0;
-  std::string summary;                   // the summary line as printed, or ""
-  std::string error;                     // why there is no number
+  std::string summary;  // the summary line as printed, or ""
+  std::string error;    // why there is no number
 };
 
 // Fills images_per_sec from a summary line (error set when it has none).

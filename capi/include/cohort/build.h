@@ -25,21 +25,21 @@ extern "C" {
  * exits, and never NULL ("" means "not built" or "not known").
  */
 typedef struct cohort_build_info_t {
-  size_t struct_size;             /**< Set by the caller to sizeof(cohort_build_info_t). */
-  const char* cohort_version;     /**< This library's version, "MAJOR.MINOR.PATCH". */
-  const char* mpi_library;        /**< First line of MPI_Get_library_version(), e.g. "Open MPI v4.1.4, …". */
-  int mpi_version;                /**< MPI standard version (MPI_Get_version), e.g. 3. */
-  int mpi_subversion;             /**< MPI standard subversion, e.g. 1. */
-  int cuda_built;                 /**< 1 when the CUDA backend (CUDA, cuDNN, NCCL) is compiled in, else 0. */
-  const char* cuda_runtime;       /**< CUDA runtime version, e.g. "13.0"; "" without the CUDA backend. */
-  const char* cuda_driver;        /**< Version the installed driver supports, e.g. "13.0"; "" without a driver. */
-  const char* cudnn;              /**< cuDNN version loaded, e.g. "9.19.0"; "" without the CUDA backend. */
-  const char* nccl;               /**< NCCL version loaded, e.g. "2.28.3"; "" without the CUDA backend. */
-  const char* dnnl;               /**< oneDNN version loaded, e.g. "2.6.3". */
-  const char* dnnl_cpu_runtime;   /**< oneDNN's CPU threading runtime: "OpenMP", "TBB", "threadpool", "sequential". */
-  const char* jpeg_turbo;         /**< libjpeg-turbo version cohort was compiled against, e.g. "2.1.5". */
-  int gpu_count;                  /**< GPUs this process sees (0 without GPU, driver or CUDA backend). */
-  const char* gpu_note;           /**< Why gpu_count is 0 (e.g. the CUDA error), else "". */
+  size_t struct_size;           /**< Set by the caller to sizeof(cohort_build_info_t). */
+  const char* cohort_version;   /**< This library's version, "MAJOR.MINOR.PATCH". */
+  const char* mpi_library;      /**< First line of MPI_Get_library_version(), e.g. "Open MPI v4.1.4, …". */
+  int mpi_version;              /**< MPI standard version (MPI_Get_version), e.g. 3. */
+  int mpi_subversion;           /**< MPI standard subversion, e.g. 1. */
+  int cuda_built;               /**< 1 when the CUDA backend (CUDA, cuDNN, NCCL) is compiled in, else 0. */
+  const char* cuda_runtime;     /**< CUDA runtime version, e.g. "13.0"; "" without the CUDA backend. */
+  const char* cuda_driver;      /**< Version the installed driver supports, e.g. "13.0"; "" without a driver. */
+  const char* cudnn;            /**< cuDNN version loaded, e.g. "9.19.0"; "" without the CUDA backend. */
+  const char* nccl;             /**< NCCL version loaded, e.g. "2.28.3"; "" without the CUDA backend. */
+  const char* dnnl;             /**< oneDNN version loaded, e.g. "2.6.3". */
+  const char* dnnl_cpu_runtime; /**< oneDNN's CPU threading runtime: "OpenMP", "TBB", "threadpool", "sequential". */
+  const char* jpeg_turbo;       /**< libjpeg-turbo version cohort was compiled against, e.g. "2.1.5". */
+  int gpu_count;                /**< GPUs this process sees (0 without GPU, driver or CUDA backend). */
+  const char* gpu_note;         /**< Why gpu_count is 0 (e.g. the CUDA error), else "". */
 } cohort_build_info_t;
 
 /**
@@ -48,13 +48,13 @@ typedef struct cohort_build_info_t {
  * Strings have static storage (owned by cohort, valid until the process exits).
  */
 typedef struct cohort_gpu_info_t {
-  size_t struct_size;             /**< Set by the caller to sizeof(cohort_gpu_info_t). */
-  const char* name;               /**< Device name, e.g. "NVIDIA H100 80GB HBM3". */
-  const char* pci_bus_id;         /**< PCI bus id, e.g. "0000:17:00.0". */
-  uint64_t total_memory;          /**< Device memory in bytes. */
-  int compute_major;              /**< Compute capability, major part (9 for sm_90). */
-  int compute_minor;              /**< Compute capability, minor part. */
-  int multiprocessors;            /**< Number of streaming multiprocessors. */
+  size_t struct_size;     /**< Set by the caller to sizeof(cohort_gpu_info_t). */
+  const char* name;       /**< Device name, e.g. "NVIDIA H100 80GB HBM3". */
+  const char* pci_bus_id; /**< PCI bus id, e.g. "0000:17:00.0". */
+  uint64_t total_memory;  /**< Device memory in bytes. */
+  int compute_major;      /**< Compute capability, major part (9 for sm_90). */
+  int compute_minor;      /**< Compute capability, minor part. */
+  int multiprocessors;    /**< Number of streaming multiprocessors. */
 } cohort_gpu_info_t;
 
 /**

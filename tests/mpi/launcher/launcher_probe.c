@@ -29,12 +29,18 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const char* key = argv[i];
     const char* value = argv[i + 1];
-    if (strcmp(key, "--fail-rank") == 0) fail_rank = atoi(value);
-    else if (strcmp(key, "--exit-code") == 0) exit_code = atoi(value);
-    else if (strcmp(key, "--signal-rank") == 0) signal_rank = atoi(value);
-    else if (strcmp(key, "--signal") == 0) sig = atoi(value);
-    else if (strcmp(key, "--sleep") == 0) sleep_s = atof(value);
-    else if (strcmp(key, "--summary") == 0) summary = atof(value);
+    if (strcmp(key, "--fail-rank") == 0)
+      fail_rank = atoi(value);
+    else if (strcmp(key, "--exit-code") == 0)
+      exit_code = atoi(value);
+    else if (strcmp(key, "--signal-rank") == 0)
+      signal_rank = atoi(value);
+    else if (strcmp(key, "--signal") == 0)
+      sig = atoi(value);
+    else if (strcmp(key, "--sleep") == 0)
+      sleep_s = atof(value);
+    else if (strcmp(key, "--summary") == 0)
+      summary = atof(value);
     else if (strcmp(key, "--print-env") == 0) {
       const char* v = getenv(value);
       printf("rank %d %s=%s\n", rank, value, v ? v : "unset");
@@ -62,13 +68,14 @@ int main(int argc, char** argv) {
   if (summary >= 0 && rank == 0) {
     const double rate = summary * size * (1 - 0.05 * (size - 1));
     printf("step 10 images/sec: %.1f\n", rate);
-    printf("{\"schema\": \"cohort.run/1\", \"model\": \"trivial\", \"ranks\": %d, \"local_ranks\": %d, "
-           "\"device\": \"cpu\", \"precision\": \"f32\", \"data\": \"synthetic\", \"batch_per_rank\": 64, "
-           "\"global_batch\": %d, \"steps\": 20, \"warmup_steps\": 10, \"images_per_sec\": {\"median\": %.3f, "
-           "\"mean\": %.3f, \"stderr\": 0.5, \"jitter\": 1.0}, \"time_fraction\": {\"data_wait\": 0.1, "
-           "\"comm_exposed\": 0.05, \"compute\": 0.85}, \"epochs\": 0, \"loss\": 2.3, \"top1\": null, \"top5\": null, "
-           "\"wall_s\": 0.2}\n",
-           size, size, 64 * size, rate, rate);
+    printf(
+        "{\"schema\": \"cohort.run/1\", \"model\": \"trivial\", \"ranks\": %d, \"local_ranks\": %d, "
+        "\"device\": \"cpu\", \"precision\": \"f32\", \"data\": \"synthetic\", \"batch_per_rank\": 64, "
+        "\"global_batch\": %d, \"steps\": 20, \"warmup_steps\": 10, \"images_per_sec\": {\"median\": %.3f, "
+        "\"mean\": %.3f, \"stderr\": 0.5, \"jitter\": 1.0}, \"time_fraction\": {\"data_wait\": 0.1, "
+        "\"comm_exposed\": 0.05, \"compute\": 0.85}, \"epochs\": 0, \"loss\": 2.3, \"top1\": null, \"top5\": null, "
+        "\"wall_s\": 0.2}\n",
+        size, size, 64 * size, rate, rate);
   }
   return 0;
 }

@@ -31,8 +31,9 @@ Argv plan(const Argv& args, const Context& context = plain_context()) {
 }
 
 // The recommended flags, as every vector below has them unless overridden.
-const Argv kFlags = {"-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "self,vader,tcp",
-                     "-mca", "orte_base_help_aggregate", "0"};
+const Argv kFlags = {"-bind-to", "none", "-map-by", "slot",           "-mca", "pml",
+                     "ob1",      "-mca", "btl",     "self,vader,tcp", "-mca", "orte_base_help_aggregate",
+                     "0"};
 const Argv kDefaultExports = {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=plain"};
 
 Argv join(std::initializer_list<Argv> parts) {
@@ -58,8 +59,10 @@ TEST(LauncherArgv, RootAddsAllowRunAsRootAndTtyGivesProgressTty) {
   c.root = true;
   c.stdout_tty = true;
   EXPECT_EQ(plan({"-np", "1", "/bin/true"}, c),
-            join({{"/usr/bin/mpirun", "-np", "1", "--allow-run-as-root"}, kFlags,
-                  {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=tty"}, {"/bin/true"}}));
+            join({{"/usr/bin/mpirun", "-np", "1", "--allow-run-as-root"},
+                  kFlags,
+                  {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=tty"},
+                  {"/bin/true"}}));
 }
 
 TEST(LauncherArgv, NotebookShellCommandsAreNotATerminal) {
@@ -70,17 +73,22 @@ TEST(LauncherArgv, NotebookShellCommandsAreNotATerminal) {
 }
 
 TEST(LauncherArgv, MoreRanksThanCoresOversubscribesAndYields) {
-  EXPECT_EQ(plan({"-np", "3", "/bin/true"}),
-            join({{"/usr/bin/mpirun", "-np", "3", "--oversubscribe"}, kFlags, {"-mca", "mpi_yield_when_idle", "1"},
-                  kDefaultExports, {"/bin/true"}}));
+  EXPECT_EQ(plan({"-np", "3", "/bin/true"}), join({{"/usr/bin/mpirun", "-np", "3", "--oversubscribe"},
+                                                   kFlags,
+                                                   {"-mca", "mpi_yield_when_idle", "1"},
+                                                   kDefaultExports,
+                                                   {"/bin/true"}}));
 }
 
 TEST(LauncherArgv, HostListSlotsDecideOversubscription) {
   EXPECT_EQ(plan({"-np", "4", "-H", "n1:2,n2:2", "/bin/true"}),
             join({{"/usr/bin/mpirun", "-np", "4", "-H", "n1:2,n2:2"}, kFlags, kDefaultExports, {"/bin/true"}}));
   EXPECT_EQ(plan({"-np", "5", "--host=n1:2,n2:2", "/bin/true"}),
-            join({{"/usr/bin/mpirun", "-np", "5", "-H", "n1:2,n2:2", "--oversubscribe"}, kFlags,
-                  {"-mca", "mpi_yield_when_idle", "1"}, kDefaultExports, {"/bin/true"}}));
+            join({{"/usr/bin/mpirun", "-np", "5", "-H", "n1:2,n2:2", "--oversubscribe"},
+                  kFlags,
+                  {"-mca", "mpi_yield_when_idle", "1"},
+                  kDefaultExports,
+                  {"/bin/true"}}));
   // A host without a count is one slot, as in Open MPI.
   EXPECT_EQ(plan({"-np", "2", "-H", "n1,n2", "/bin/true"}),
             join({{"/usr/bin/mpirun", "-np", "2", "-H", "n1,n2"}, kFlags, kDefaultExports, {"/bin/true"}}));
@@ -92,8 +100,11 @@ TEST(LauncherArgv, HostfileSlotsDecideOversubscription) {
   EXPECT_EQ(plan({"-np", "8", "--hostfile", file, "/bin/true"}),
             join({{"/usr/bin/mpirun", "-np", "8", "--hostfile", file}, kFlags, kDefaultExports, {"/bin/true"}}));
   EXPECT_EQ(plan({"-np", "9", "--hostfile", file, "/bin/true"}),
-            join({{"/usr/bin/mpirun", "-np", "9", "--hostfile", file, "--oversubscribe"}, kFlags,
-                  {"-mca", "mpi_yield_when_idle", "1"}, kDefaultExports, {"/bin/true"}}));
+            join({{"/usr/bin/mpirun", "-np", "9", "--hostfile", file, "--oversubscribe"},
+                  kFlags,
+                  {"-mca", "mpi_yield_when_idle", "1"},
+                  kDefaultExports,
+                  {"/bin/true"}}));
   std::remove(file.c_str());
 }
 
@@ -106,7 +117,8 @@ TEST(LauncherArgv, ExportsOnlyTheVariablesThatAreSet) {
   c.env["OMPI_MCA_btl"] = "self";  // mpirun reads these itself
   c.env["NCCLX"] = "no";
   EXPECT_EQ(plan({"-np", "2", "/bin/true"}, c),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags,
+            join({{"/usr/bin/mpirun", "-np", "2"},
+                  kFlags,
                   {"-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "COHORT_LOG_LEVEL", "-x", "NCCL_SOCKET_IFNAME", "-x",
                    "OMP_NUM_THREADS", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=plain"},
                   {"/bin/true"}}));
@@ -116,38 +128,43 @@ TEST(LauncherArgv, UserWaitPolicyAndProgressAreKept) {
   Context c = plain_context();
   c.env["OMP_WAIT_POLICY"] = "ACTIVE";
   c.env["COHORT_PROGRESS"] = "tty";
-  EXPECT_EQ(plan({"-np", "2", "/bin/true"}, c),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags,
-                  {"-x", "PATH", "-x", "COHORT_PROGRESS", "-x", "OMP_WAIT_POLICY"}, {"/bin/true"}}));
+  EXPECT_EQ(plan({"-np", "2", "/bin/true"}, c), join({{"/usr/bin/mpirun", "-np", "2"},
+                                                      kFlags,
+                                                      {"-x", "PATH", "-x", "COHORT_PROGRESS", "-x", "OMP_WAIT_POLICY"},
+                                                      {"/bin/true"}}));
   // "auto" is resolved here: the ranks cannot see the user's terminal.
   c.env["COHORT_PROGRESS"] = "auto";
   EXPECT_EQ(plan({"-np", "2", "/bin/true"}, c),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags,
-                  {"-x", "PATH", "-x", "OMP_WAIT_POLICY", "-x", "COHORT_PROGRESS=plain"}, {"/bin/true"}}));
+            join({{"/usr/bin/mpirun", "-np", "2"},
+                  kFlags,
+                  {"-x", "PATH", "-x", "OMP_WAIT_POLICY", "-x", "COHORT_PROGRESS=plain"},
+                  {"/bin/true"}}));
 }
 
 TEST(LauncherArgv, LibrarySettingsBecomeCohortVariablesInCanonicalForm) {
-  EXPECT_EQ(plan({"-np", "2", "--fusion-threshold-mb=64", "--cycle_time_ms", "2.50", "--timeline-file",
-                  "/tmp/my trace.json", "--json", "--no-resume", "--precision", "fp16", "--Batch-Size=1e2", "--",
-                  "/bin/true"}),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports,
-                  {"-x", "COHORT_FUSION_THRESHOLD_MB=64", "-x", "COHORT_CYCLE_TIME_MS=2.5", "-x",
-                   "COHORT_TIMELINE_FILE=/tmp/my trace.json", "-x", "COHORT_JSON=true", "-x", "COHORT_RESUME=false",
-                   "-x", "COHORT_PRECISION=f16", "-x", "COHORT_BATCH_SIZE=100"},
-                  {"/bin/true"}}));
+  EXPECT_EQ(
+      plan({"-np", "2", "--fusion-threshold-mb=64", "--cycle_time_ms", "2.50", "--timeline-file", "/tmp/my trace.json",
+            "--json", "--no-resume", "--precision", "fp16", "--Batch-Size=1e2", "--", "/bin/true"}),
+      join({{"/usr/bin/mpirun", "-np", "2"},
+            kFlags,
+            kDefaultExports,
+            {"-x", "COHORT_FUSION_THRESHOLD_MB=64", "-x", "COHORT_CYCLE_TIME_MS=2.5", "-x",
+             "COHORT_TIMELINE_FILE=/tmp/my trace.json", "-x", "COHORT_JSON=true", "-x", "COHORT_RESUME=false", "-x",
+             "COHORT_PRECISION=f16", "-x", "COHORT_BATCH_SIZE=100"},
+            {"/bin/true"}}));
 }
 
 TEST(LauncherArgv, ExplicitSettingReplacesInheritedVariable) {
   Context c = plain_context();
   c.env["COHORT_BATCH_SIZE"] = "8";
   c.env["NCCL_DEBUG"] = "WARN";
-  EXPECT_EQ(plan({"-np", "2", "--batch_size", "16", "--nccl-debug", "info", "--env", "COHORT_PROGRESS=tty",
-                  "/bin/true"},
-                 c),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags,
-                  {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_BATCH_SIZE=16", "-x",
-                   "NCCL_DEBUG=INFO", "-x", "COHORT_PROGRESS=tty"},
-                  {"/bin/true"}}));
+  EXPECT_EQ(
+      plan({"-np", "2", "--batch_size", "16", "--nccl-debug", "info", "--env", "COHORT_PROGRESS=tty", "/bin/true"}, c),
+      join({{"/usr/bin/mpirun", "-np", "2"},
+            kFlags,
+            {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_BATCH_SIZE=16", "-x", "NCCL_DEBUG=INFO", "-x",
+             "COHORT_PROGRESS=tty"},
+            {"/bin/true"}}));
 }
 
 TEST(LauncherArgv, MpiArgsOverrideRecommendedFlagsAndComeBeforeTheProgram) {
@@ -157,7 +174,9 @@ TEST(LauncherArgv, MpiArgsOverrideRecommendedFlagsAndComeBeforeTheProgram) {
                   kDefaultExports,
                   {"-mca", "btl", "^openib", "--bind-to", "core", "-x", "FOO", "--mca", "pml", "ucx", "/bin/true"}}));
   EXPECT_EQ(plan({"-np", "2", "--mpi-args", "--report-bindings -mca btl_tcp_if_include 'eth0'", "/bin/true"}),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports,
+            join({{"/usr/bin/mpirun", "-np", "2"},
+                  kFlags,
+                  kDefaultExports,
                   {"--report-bindings", "-mca", "btl_tcp_if_include", "eth0", "/bin/true"}}));
 }
 
@@ -165,32 +184,76 @@ TEST(LauncherArgv, SpecialCharactersPassThroughUntouched) {
   const Argv program = {"/bin/echo", "two words", "it's", "\"quoted\"", ";", "$(rm -rf /)", "`id`", "a|b", "*", ""};
   Argv args = {"-np", "1", "--env", "A=x y;$(z)", "--env=B='q' \"r\"", "--timeline_file", "/tmp/$(x);y", "--"};
   args.insert(args.end(), program.begin(), program.end());
-  EXPECT_EQ(plan(args), join({{"/usr/bin/mpirun", "-np", "1"}, kFlags, kDefaultExports,
+  EXPECT_EQ(plan(args), join({{"/usr/bin/mpirun", "-np", "1"},
+                              kFlags,
+                              kDefaultExports,
                               {"-x", "A=x y;$(z)", "-x", "B='q' \"r\"", "-x", "COHORT_TIMELINE_FILE=/tmp/$(x);y"},
                               program}));
 }
 
 TEST(LauncherArgv, TagOutputAndOutputDir) {
   EXPECT_EQ(plan({"-np", "2", "--tag-output", "--output-dir", "logs", "/bin/true"}),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, {"--tag-output", "--output-filename", "/work/here/logs"},
-                  kDefaultExports, {"/bin/true"}}));
-  EXPECT_EQ(plan({"-np", "2", "--output-dir=/var/tmp/x", "/bin/true"}),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, {"--output-filename", "/var/tmp/x"}, kDefaultExports,
+            join({{"/usr/bin/mpirun", "-np", "2"},
+                  kFlags,
+                  {"--tag-output", "--output-filename", "/work/here/logs"},
+                  kDefaultExports,
                   {"/bin/true"}}));
+  EXPECT_EQ(plan({"-np", "2", "--output-dir=/var/tmp/x", "/bin/true"}), join({{"/usr/bin/mpirun", "-np", "2"},
+                                                                              kFlags,
+                                                                              {"--output-filename", "/var/tmp/x"},
+                                                                              kDefaultExports,
+                                                                              {"/bin/true"}}));
 }
 
 TEST(LauncherArgv, EveryOptionTogether) {
   Context c = plain_context();
   c.root = true;
   c.env["LD_LIBRARY_PATH"] = "/l";
-  EXPECT_EQ(plan({"-np", "6", "-H", "a:2,b:2", "--dry-run", "--tag-output", "--output-dir", "/o", "--nccl-debug",
-                  "WARN", "--env", "K=v w", "--mpi-args", "-map-by node", "--cycle-time-ms=5", "--mpirun",
-                  "/usr/bin/mpirun", "--", "/bin/echo", "x y"},
+  EXPECT_EQ(plan({"-np",
+                  "6",
+                  "-H",
+                  "a:2,b:2",
+                  "--dry-run",
+                  "--tag-output",
+                  "--output-dir",
+                  "/o",
+                  "--nccl-debug",
+                  "WARN",
+                  "--env",
+                  "K=v w",
+                  "--mpi-args",
+                  "-map-by node",
+                  "--cycle-time-ms=5",
+                  "--mpirun",
+                  "/usr/bin/mpirun",
+                  "--",
+                  "/bin/echo",
+                  "x y"},
                  c),
-            join({{"/usr/bin/mpirun", "-np", "6", "-H", "a:2,b:2", "--allow-run-as-root", "--oversubscribe",
-                   "-bind-to", "none", "-mca", "pml", "ob1", "-mca", "btl", "self,vader,tcp", "-mca",
-                   "orte_base_help_aggregate", "0", "-mca", "mpi_yield_when_idle", "1", "--tag-output",
-                   "--output-filename", "/o"},
+            join({{"/usr/bin/mpirun",
+                   "-np",
+                   "6",
+                   "-H",
+                   "a:2,b:2",
+                   "--allow-run-as-root",
+                   "--oversubscribe",
+                   "-bind-to",
+                   "none",
+                   "-mca",
+                   "pml",
+                   "ob1",
+                   "-mca",
+                   "btl",
+                   "self,vader,tcp",
+                   "-mca",
+                   "orte_base_help_aggregate",
+                   "0",
+                   "-mca",
+                   "mpi_yield_when_idle",
+                   "1",
+                   "--tag-output",
+                   "--output-filename",
+                   "/o"},
                   {"-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x",
                    "COHORT_PROGRESS=plain", "-x", "NCCL_DEBUG=WARN", "-x", "K=v w", "-x", "COHORT_CYCLE_TIME_MS=5"},
                   {"-map-by", "node", "/bin/echo", "x y"}}));
@@ -200,9 +263,10 @@ TEST(LauncherArgv, RanksRunUnderTheRankMonitorUnlessAskedNotTo) {
   Context c = plain_context();
   c.monitor = "/opt/cohort/bin/cohortrun-monitor";
   EXPECT_EQ(plan({"-np", "2", "--mpi-args", "-mca btl_base_verbose 1", "--", "/bin/echo", "-x"}, c),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports,
-                  {"-mca", "btl_base_verbose", "1", "/opt/cohort/bin/cohortrun-monitor", "--", "/bin/echo",
-                   "-x"}}));
+            join({{"/usr/bin/mpirun", "-np", "2"},
+                  kFlags,
+                  kDefaultExports,
+                  {"-mca", "btl_base_verbose", "1", "/opt/cohort/bin/cohortrun-monitor", "--", "/bin/echo", "-x"}}));
   EXPECT_EQ(plan({"-np", "2", "--no-rank-monitor", "/bin/echo"}, c),
             join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports, {"/bin/echo"}}));
 }

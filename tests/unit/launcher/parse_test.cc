@@ -77,7 +77,8 @@ TEST(LauncherInput, MalformedHostListsAreRejected) {
   expect_error({"-np", "2", "-H", "a:2:3", "/bin/true"}, "slot count '2:3'");
   expect_error({"-np", "2", "-H", "bad host", "/bin/true"}, "'bad host' is not a host name");
   expect_error({"-np", "2", "-H", "a,", "/bin/true"}, "empty entry");
-  expect_error({"-np", "2", "--hostfile", "/no/such/hostfile", "/bin/true"}, "--hostfile /no/such/hostfile: cannot be read");
+  expect_error({"-np", "2", "--hostfile", "/no/such/hostfile", "/bin/true"},
+               "--hostfile /no/such/hostfile: cannot be read");
   EXPECT_THROW(parse_hostfile_text("n1 slots=two\n", "hf"), UsageError);
   EXPECT_THROW(parse_hostfile_text("n1 cpus=2\n", "hf"), UsageError);
   EXPECT_THROW(parse_hostfile_text("# nothing\n", "hf"), UsageError);
