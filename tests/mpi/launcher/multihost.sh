@@ -47,9 +47,14 @@ chmod +x "$WORK/on-host"
 MPI_ARGS="-mca plm_rsh_agent $WORK/on-host -mca plm_rsh_no_tree_spawn 1 -mca btl_tcp_if_include 10.77.0.0/24 \
 -mca oob_tcp_if_include 10.77.0.0/24 -mca oob_tcp_keepalive_time 5 -mca oob_tcp_keepalive_intvl 1 \
 -mca oob_tcp_keepalive_probes 3"
-# cohortrun runs on h1 with a clean environment: whatever the ranks need must come by -x.
+# cohortrun runs on h1 with a clean environment: whatever the ranks need must come by -x
+# (only the sanitizers' settings of a sanitizer build are kept).
+KEEP=(PATH=/usr/bin:/bin HOME=/root)
+for v in ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS TSAN_OPTIONS LD_PRELOAD; do
+  if [ -n "${!v:-}" ]; then KEEP+=("$v=${!v}"); fi
+done
 on_h1() {
-  timeout 60 "$WORK/on-host" h1 "$(printf '%q ' env -i PATH=/usr/bin:/bin HOME=/root "$@")"
+  timeout 60 "$WORK/on-host" h1 "$(printf '%q ' env -i "${KEEP[@]}" "$@")"
 }
 fail=0
 check() {  # check NAME EXPECTED-STATUS PATTERN... -- output in $WORK/out
