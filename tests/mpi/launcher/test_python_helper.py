@@ -5,6 +5,7 @@ import contextlib
 import io
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -47,6 +48,25 @@ class Run(unittest.TestCase):
             cohort.run(np=1, program=PROBE, args=["--sleep", "1.5", "--summary", "10"])
         ended = time.monotonic()
         self.assertLess(out.when["rank 0 of 1 ready"], ended - 1.0, out.getvalue())
+
+    def test_interrupt_stops_the_job(self):
+        """A notebook's "interrupt kernel" is SIGINT to Python: the job is stopped, then
+        KeyboardInterrupt goes on up."""
+        with tempfile.TemporaryDirectory() as d:
+            code = ("import cohort\ntry:\n    cohort.run(np=2, program=%r, args=['--pid-file', %r, '--sleep', '60'])\n"
+                    "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n" % (PROBE, d))
+            proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 20
+            while len(os.listdir(d)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            pids = [int(open(os.path.join(d, f)).read()) for f in os.listdir(d)]
+            self.assertEqual(len(pids), 2)
+            proc.send_signal(signal.SIGINT)
+            out = proc.communicate(timeout=60)[0]
+            self.assertIn("interrupted", out)
+            for pid in pids:
+                with self.assertRaises(ProcessLookupError):
+                    os.kill(pid, 0)
 
     def test_settings_and_env_reach_the_ranks(self):
         _, out = quiet(cohort.run, np=2, program=PROBE, settings={"fusion_threshold_mb": 32, "resume": False},
