@@ -25,7 +25,16 @@ void write_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
+std::string_view strip_output_tag(std::string_view line) {
+  // --tag-output writes "[1,0]<stdout>:" (job, rank, stream) before each line.
+  if (line.empty() || line.front() != '[') return line;
+  const size_t end = line.find(">:");
+  if (end == std::string_view::npos || line.find("]<") == std::string_view::npos || end > 40) return line;
+  return line.substr(end + 2);
+}
+
 bool is_summary_line(std::string_view line) {
+  line = strip_output_tag(line);
   while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
   if (line.empty() || line.front() != '{' || line.find("cohort.run/1") == std::string_view::npos) return false;
   try {
@@ -128,7 +137,7 @@ int run_sweep(const Request& request) {
     std::string summary;
     JobOptions options;
     options.on_stdout_line = [&summary](const std::string& line) {
-      if (is_summary_line(line)) summary = line;
+      if (is_summary_line(line)) summary = strip_output_tag(line);
     };
     const JobResult result = run_job(plans[i].argv, options);
     report_job(result, row.ranks);

@@ -13,7 +13,11 @@
 
 namespace cohortrun {
 
-// True for a run-summary line: a JSON object whose "schema" is "cohort.run/1".
+// The line without the "[1,0]<stdout>:" prefix that --tag-output adds.
+std::string_view strip_output_tag(std::string_view line);
+
+// True for a run-summary line (after any --tag-output prefix): a JSON object whose
+// "schema" is "cohort.run/1".
 bool is_summary_line(std::string_view line);
 
 struct SweepRow {

@@ -1,6 +1,7 @@
 """Running cohortrun from Python: stream its output, return the run summary."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,9 +40,18 @@ def find_cohortrun():
                             "this package from the build tree (PYTHONPATH=<build>/launcher/python)")
 
 
+_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+
+
+def _untagged(line):
+    """The line without the "[1,0]<stdout>:" prefix that --tag-output adds."""
+    return _TAG.sub("", line, count=1)
+
+
 def is_summary_line(line):
-    """True for a run-summary line: a JSON object whose "schema" is "cohort.run/1"."""
-    text = line.strip()
+    """True for a run-summary line (after any --tag-output prefix): a JSON object whose
+    "schema" is "cohort.run/1"."""
+    text = _untagged(line).strip()
     if not text.startswith("{") or SUMMARY_SCHEMA not in text:
         return False
     try:
@@ -137,7 +147,7 @@ def run(np, program, args=(), *, hosts=None, hostfile=None, settings=None, env=N
     status, tail = _stream(command, echo, lambda line: found.append(line) if is_summary_line(line) else None)
     if status != 0 and check:
         raise _failure(f"cohortrun -np {np} {program}", status, tail)
-    return json.loads(found[-1]) if found else None
+    return json.loads(_untagged(found[-1])) if found else None
 
 
 def sweep(np, program, args=(), *, hosts=None, hostfile=None, settings=None, env=None, mpi_args=None,

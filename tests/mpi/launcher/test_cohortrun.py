@@ -297,6 +297,13 @@ class Sweep(unittest.TestCase):
             self.assertEqual([run["ranks"] for run in doc["runs"]], [1, 2, 3])
             self.assertEqual(doc["runs"][2]["summary"]["global_batch"], 192)
 
+    def test_tag_output_keeps_the_summary_readable(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = run(["sweep", "-np", "1,2", "--tag-output", "--sweep-out", d + "/s", "--", PROBE, "--summary", "10"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("[1,0]<stdout>:rank 0 of 2 ready", r.stdout)
+            self.assertRegex(r.stdout, r"(?m)^    2        19.0     1.90x       95.0%$")
+
     def test_missing_summary_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
             r = run(["sweep", "-np", "1", "--sweep-out", d + "/s", "--", PROBE])

@@ -77,6 +77,11 @@ class Run(unittest.TestCase):
                      "COHORT_PROGRESS=plain"):
             self.assertIn(f"rank 1 {text}\n", out)
 
+    def test_summary_is_found_behind_tag_output(self):
+        summary, out = quiet(cohort.run, np=2, program=PROBE, args=["--summary", "100"], tag_output=True)
+        self.assertIn("[1,1]<stdout>:rank 1 of 2 ready", out)
+        self.assertEqual(summary["ranks"], 2)
+
     def test_no_summary_gives_none(self):
         summary, _ = quiet(cohort.run, np=1, program=PROBE)
         self.assertIsNone(summary)

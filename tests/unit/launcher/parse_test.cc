@@ -210,6 +210,9 @@ TEST(LauncherFailure, NamesTheRankThatAborted) {
 TEST(LauncherSweep, RecognisesSummaryLinesOnly) {
   EXPECT_TRUE(is_summary_line(R"({"schema": "cohort.run/1", "ranks": 2, "images_per_sec": {"median": 10}})"));
   EXPECT_FALSE(is_summary_line(R"({"schema": "cohort.run/2"})"));
+  EXPECT_TRUE(is_summary_line(R"([1,0]<stdout>:{"schema": "cohort.run/1"})"));
+  EXPECT_EQ(strip_output_tag(R"([1,0]<stdout>:{"a": 1})"), R"({"a": 1})");
+  EXPECT_EQ(strip_output_tag("[not a tag] x"), "[not a tag] x");
   EXPECT_FALSE(is_summary_line(R"(step 10 images/sec: 5 "cohort.run/1")"));
   EXPECT_FALSE(is_summary_line(R"({"schema": "cohort.run/1", )"));
 }
