@@ -188,6 +188,11 @@ void Optimizer::update(const ParamGrad& p, double lr) {
   }
 }
 
+void Optimizer::set_steps(int64_t steps) {
+  require(steps >= 0, "optimizer: step count must be >= 0, got ", steps);
+  steps_ = steps;
+}
+
 std::vector<NamedTensor> Optimizer::export_state() const {
   std::vector<NamedTensor> out;
   Tensor step = Tensor::empty({1}, DType::kI64);

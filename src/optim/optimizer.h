@@ -66,6 +66,9 @@ class Optimizer {
   void import_state(std::span<const NamedTensor> state);
 
   int64_t steps() const { return steps_; }
+  // Sets the step count (Adam's bias correction depends on it); for a broadcast of the
+  // state from another rank.
+  void set_steps(int64_t steps);
   const OptimizerOptions& options() const { return options_; }
 
   // The state suffixes this kind keeps per parameter ("velocity"; "adam_m", "adam_v").
