@@ -14,25 +14,36 @@
 
 namespace cohort::testing {
 
+struct JsonMember;
+
 struct Json {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = Kind::kNull;
   bool boolean = false;
   double number = 0;
   std::string text;  // kString; for kNumber the literal as written
   std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
+  std::vector<JsonMember> members;
 
-  const Json& at(std::string_view key) const {
-    for (const auto& [k, v] : members)
-      if (k == key) return v;
-    throw std::runtime_error("no key " + std::string(key));
-  }
-  bool has(std::string_view key) const {
-    for (const auto& m : members)
-      if (m.first == key) return true;
-    return false;
-  }
+  const Json& at(std::string_view key) const;
+  bool has(std::string_view key) const;
 };
+
+struct JsonMember {
+  std::string key;
+  Json value;
+};
+
+inline const Json& Json::at(std::string_view key) const {
+  for (const JsonMember& m : members)
+    if (m.key == key) return m.value;
+  throw std::runtime_error("no key " + std::string(key));
+}
+
+inline bool Json::has(std::string_view key) const {
+  for (const JsonMember& m : members)
+    if (m.key == key) return true;
+  return false;
+}
 
 class JsonParser {
  public:
@@ -83,7 +94,8 @@ class JsonParser {
         ws();
         std::string k = string();
         expect(':');
-        v.members.emplace_back(std::move(k), value());
+        Json item = value();
+        v.members.push_back({std::move(k), std::move(item)});
       } while (eat(','));
       expect('}');
     } else if (c == '[') {

@@ -124,7 +124,7 @@ TEST(RunSummary, FieldsAndOrderAsDesigned) {
   EXPECT_EQ(line.rfind("{\"schema\": \"cohort.run/1\", \"model\": \"resnet50\", \"ranks\": 4, ", 0), 0u) << line;
   Json j = parse_json(line);
   std::vector<std::string> keys;
-  for (const auto& m : j.members) keys.push_back(m.first);
+  for (const auto& m : j.members) keys.push_back(m.key);
   EXPECT_EQ(keys, (std::vector<std::string>{"schema", "model", "ranks", "local_ranks", "device", "precision", "data",
                                             "batch_per_rank", "global_batch", "steps", "warmup_steps",
                                             "images_per_sec", "time_fraction", "epochs", "loss", "top1", "top5",
@@ -158,8 +158,8 @@ TEST(RunSummary, DivergedLossIsNullAndExtraFieldsAppend) {
   s.extra = {{"seed", "1234"}, {"note", json_string("x")}};
   Json j = parse_json(run_summary_json(s));
   EXPECT_EQ(j.at("loss").kind, Json::Kind::kNull);
-  EXPECT_EQ(j.members[j.members.size() - 2].first, "seed");
-  EXPECT_EQ(j.members.back().second.text, "x");
+  EXPECT_EQ(j.members[j.members.size() - 2].key, "seed");
+  EXPECT_EQ(j.members.back().value.text, "x");
   s.extra = {{"loss", "1"}};
   EXPECT_THROW(run_summary_json(s), Error);
 }
