@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -152,7 +153,7 @@ void check_unique(const std::vector<NamedTensor>& ts, std::string_view what) {
 // Bounds-checked reading of the payload.
 class Cursor {
  public:
-  Cursor(const std::vector<char>& data, size_t begin, const fs::path& file) : d_(data), pos_(begin), file_(file) {}
+  Cursor(std::string_view data, size_t begin, const fs::path& file) : d_(data), pos_(begin), file_(file) {}
 
   [[noreturn]] void malformed(std::string_view what) const {
     fail(Code::kCorruptData, "checkpoint '", file_.string(), "' is malformed at byte ", pos_, ": ", what,
@@ -209,7 +210,7 @@ class Cursor {
   size_t remaining() const { return d_.size() - pos_; }
 
  private:
-  const std::vector<char>& d_;
+  std::string_view d_;
   size_t pos_;
   const fs::path& file_;
 };
@@ -239,8 +240,49 @@ std::vector<char> read_all(const fs::path& file) {
   return data;
 }
 
-template <typename T>
-T load_at(const std::vector<char>& d, size_t offset) {
+// A read-only mapping of a whole file: no copy out of the page cache (a checkpoint is
+// as large as the model).
+class MappedFile {
+ public:
+  explicit MappedFile(const fs::path& file) {
+    int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) fail(Code::kIo, "cannot open checkpoint '", file.string(), "': ", sys_error());
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) {
+      std::string e = sys_error();
+      ::close(fd);
+      fail(Code::kIo, "cannot stat checkpoint '", file.string(), "': ", e);
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+      if (p == MAP_FAILED) {
+        std::string e = sys_error();
+        ::close(fd);
+        fail(Code::kIo, "cannot map checkpoint '", file.string(), "': ", e);
+      }
+      data_ = static_cast<const char*>(p);
+    }
+    ::close(fd);
+  }
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  std::string_view view() const { return {data_, size_}; }
+
+ private:
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+template <typename T, typename Bytes>
+T load_at(const Bytes& d, size_t offset) {
   T v;
   std::memcpy(&v, d.data() + offset, sizeof v);
   return v;
@@ -286,7 +328,7 @@ void write_checkpoint(const fs::path& file, const Checkpoint& ck, const Checkpoi
 }
 
 Checkpoint read_checkpoint(const fs::path& file) {
-  const std::vector<char> d = read_all(file);
+  const MappedFile d(file);
   const std::string name = file.string();
   auto corrupt = [&](const auto&... what) { fail(Code::kCorruptData, "checkpoint '", name, "' ", what...); };
   if (d.empty()) corrupt("is empty (0 bytes)");
@@ -313,7 +355,7 @@ Checkpoint read_checkpoint(const fs::path& file) {
   if (stored != computed)
     corrupt("is corrupt: checksum mismatch (stored CRC32C ", stored, ", computed ", computed, ")");
 
-  Cursor c(d, kHeaderSize, file);
+  Cursor c(d.view(), kHeaderSize, file);
   Checkpoint ck;
   ck.model = c.str("the model name");
   ck.epoch = c.pod<int64_t>("the epoch");
