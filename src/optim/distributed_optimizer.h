@@ -31,7 +31,7 @@ class Collectives {
   virtual ~Collectives() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  // Starts an in-place sum: t = postscale × Σ_ranks (prescale × t). f32, f16 or i64.
+  // Starts an in-place sum: t = postscale × Σ_ranks (prescale × t). f32, f64, f16 or i64.
   // Returns at once; `t` must stay untouched until wait_all().
   virtual void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) = 0;
   // Blocks until every allreduce started since the last wait_all() is done; throws on

@@ -77,11 +77,13 @@ class ThreadCollectives : public Collectives {
   }
 
  private:
-  // Sums in double in rank order; f16 values are rounded back to f16 at the end.
+  // Sums in double in rank order (exact for the i64 values used here, below 2^53); f16
+  // values are rounded back to f16 at the end.
   static double value(const Tensor& t, int64_t i, double pre) {
     switch (t.dtype()) {
       case DType::kF32: return static_cast<float>(t.data_as<float>()[i] * static_cast<float>(pre));
       case DType::kF16: return kernels::decompress_f16(t.data_as<uint16_t>()[i]) * static_cast<float>(pre);
+      case DType::kF64: return t.data_as<double>()[i] * pre;
       case DType::kI64: return static_cast<double>(t.data_as<int64_t>()[i]);
       default: throw std::runtime_error("unsupported dtype");
     }
@@ -90,6 +92,7 @@ class ThreadCollectives : public Collectives {
     switch (t.dtype()) {
       case DType::kF32: t.data_as<float>()[i] = static_cast<float>(v); break;
       case DType::kF16: t.data_as<uint16_t>()[i] = kernels::compress_f16(static_cast<float>(v)); break;
+      case DType::kF64: t.data_as<double>()[i] = v; break;
       case DType::kI64: t.data_as<int64_t>()[i] = static_cast<int64_t>(v); break;
       default: throw std::runtime_error("unsupported dtype");
     }
