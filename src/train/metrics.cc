@@ -1,6 +1,7 @@
 #include "train/metrics.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -80,6 +81,47 @@ TimeFractions StepMetrics::time_fractions() const {
   f.comm_exposed = comm_exposed_ / total_seconds_;
   f.compute = std::max(0.0, 1.0 - f.data_wait - f.comm_exposed);
   return f;
+}
+
+StepClock::StepClock(Now now) : now_(std::move(now)) {
+  if (!now_)
+    now_ = [] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    };
+}
+
+void StepClock::begin() {
+  if (in_step_) fail(Code::kInvalidState, "step clock: begin() twice without end()");
+  in_step_ = waiting_data_ = true;
+  in_comm_ = false;
+  t_ = {};
+  start_ = now_();
+}
+
+void StepClock::data_ready() {
+  if (!in_step_ || !waiting_data_) fail(Code::kInvalidState, "step clock: data_ready() outside a step or twice");
+  waiting_data_ = false;
+  t_.data_wait_s = now_() - start_;
+}
+
+void StepClock::comm_wait_begin() {
+  if (!in_step_ || in_comm_) fail(Code::kInvalidState, "step clock: comm_wait_begin() outside a step or nested");
+  in_comm_ = true;
+  comm_start_ = now_();
+}
+
+void StepClock::comm_wait_end() {
+  if (!in_comm_) fail(Code::kInvalidState, "step clock: comm_wait_end() without comm_wait_begin()");
+  in_comm_ = false;
+  t_.comm_exposed_s += now_() - comm_start_;
+}
+
+StepTiming StepClock::end(double images) {
+  if (!in_step_ || in_comm_) fail(Code::kInvalidState, "step clock: end() outside a step or inside a comm wait");
+  in_step_ = false;
+  t_.seconds = now_() - start_;
+  t_.images = images;
+  return t_;
 }
 
 std::string format_rate(const RateSummary& r) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -68,6 +69,28 @@ class StepMetrics {
   double total_seconds_ = 0;
   double data_wait_ = 0;
   double comm_exposed_ = 0;
+};
+
+// Times the phases of one step on this rank: begin() before asking the pipeline for a
+// batch, data_ready() once it is in hand, comm_wait_begin()/comm_wait_end() around each
+// wait for collectives that backward did not hide, end(images) when the step is over.
+class StepClock {
+ public:
+  using Now = std::function<double()>;  // seconds; defaults to std::chrono::steady_clock
+  explicit StepClock(Now now = {});
+
+  void begin();
+  void data_ready();
+  void comm_wait_begin();
+  void comm_wait_end();
+  // Throws kInvalidState when the calls came out of order.
+  StepTiming end(double images);
+
+ private:
+  Now now_;
+  bool in_step_ = false, waiting_data_ = false, in_comm_ = false;
+  double start_ = 0, comm_start_ = 0;
+  StepTiming t_;
 };
 
 // tf_cnn_benchmarks' lines: "images/sec: 1234.5 +/- 1.2 (jitter = 3.4)",

@@ -77,6 +77,35 @@ TEST(Metrics, SpeedupAndEfficiency) {
   EXPECT_EQ(speedup(1, 0), 0);
 }
 
+TEST(Metrics, StepClockSplitsStepTime) {
+  double t = 100.0;
+  StepClock clock([&] { return t; });
+  clock.begin();
+  t += 0.25;  // waiting for the pipeline
+  clock.data_ready();
+  t += 1.0;  // forward + backward
+  clock.comm_wait_begin();
+  t += 0.5;
+  clock.comm_wait_end();
+  clock.comm_wait_begin();
+  t += 0.25;
+  clock.comm_wait_end();
+  t += 0.0625;  // optimizer update
+  StepTiming s = clock.end(256);
+  EXPECT_DOUBLE_EQ(s.seconds, 2.0625);
+  EXPECT_DOUBLE_EQ(s.data_wait_s, 0.25);
+  EXPECT_DOUBLE_EQ(s.comm_exposed_s, 0.75);
+  EXPECT_EQ(s.images, 256);
+  EXPECT_THROW(clock.end(1), Error);
+  clock.begin();
+  EXPECT_THROW(clock.begin(), Error);
+  EXPECT_THROW(clock.comm_wait_end(), Error);
+  StepClock real;
+  real.begin();
+  real.data_ready();
+  EXPECT_GE(real.end(1).seconds, 0.0);
+}
+
 TEST(Json, StringsAreEscaped) {
   std::string nasty = "a\"b\\c\nd\te\x01\x7f/é€😀";
   Json v = parse_json(json_string(nasty));
