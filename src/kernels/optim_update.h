@@ -98,3 +98,19 @@ struct Scale {
 };
 
 }  // namespace cohort::kernels
+
+namespace cohort::kernels {
+
+// Loss scaling: g *= inv_scale, raising *nonfinite when any result is inf or NaN
+// (an overflow in the f16 backward pass). Every writer stores 1, so the race between
+// device threads is benign.
+struct UnscaleCheck {
+  float inv_scale;
+  COHORT_HD void operator()(int64_t i, float* g, uint32_t* nonfinite) const {
+    const float v = g[i] * inv_scale;
+    g[i] = v;
+    if (!(v - v == 0.0f)) *nonfinite = 1u;  // inf − inf and NaN − NaN are NaN
+  }
+};
+
+}  // namespace cohort::kernels

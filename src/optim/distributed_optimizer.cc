@@ -111,7 +111,13 @@ bool DistributedOptimizer::step(double lr) {
       host_loop(reduced_[i].grad.numel(), kernels::DecompressF16{static_cast<float>(post)},
                 reduced_[i].grad.data_as<float>(), static_cast<const uint16_t*>(wire_[i].data_as<uint16_t>()));
   }
-  optimizer_.step(reduced_, lr);
+  skipped_ = false;
+  if (scaler_ != nullptr) {
+    const bool finite = scaler_->unscale(reduced_);
+    scaler_->update(finite);
+    skipped_ = !finite;
+  }
+  if (!skipped_) optimizer_.step(reduced_, lr);
   for (Tensor& a : accum_) std::memset(a.data(), 0, a.nbytes());
   return true;
 }

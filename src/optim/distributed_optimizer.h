@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/loss_scaler.h"
 #include "optim/named_tensor.h"
 #include "optim/optimizer.h"
 
@@ -68,9 +69,15 @@ class DistributedOptimizer {
 
   // Ends a backward pass. Parameters whose gradient was not reported are handled now
   // (every rank must exchange every tensor). Returns false for an accumulation pass;
-  // on the last pass waits for the exchanges, updates the parameters with `lr` and
-  // returns true.
+  // on the last pass waits for the exchanges, updates the parameters with `lr` (unless
+  // the loss scaler saw an overflow) and returns true.
   bool step(double lr);
+
+  // Optional (borrowed, may be null): the averaged gradients are unscaled before each
+  // update, and a step whose gradients overflowed on any rank is skipped on every rank.
+  void set_loss_scaler(LossScaler* scaler) { scaler_ = scaler; }
+  // Whether the last completed step was skipped because of an overflow.
+  bool last_step_skipped() const { return skipped_; }
 
   // Collective: every rank's parameters and optimizer state (step count included)
   // become root's. Call once after initialisation or after restoring a checkpoint.
@@ -91,6 +98,8 @@ class DistributedOptimizer {
   std::vector<ParamGrad> params_;
   DistributedOptions options_;
   int pass_ = 0;
+  LossScaler* scaler_ = nullptr;
+  bool skipped_ = false;
   std::vector<char> done_;       // reported in the current pass
   std::vector<Tensor> accum_;    // f32 sums over passes (N > 1)
   std::vector<Tensor> wire_;     // f16 buffers (compression)
