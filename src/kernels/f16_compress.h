@@ -29,8 +29,8 @@ COHORT_HD uint16_t compress_f16(float value) {
   if (abs >= 0x7F800000u)  // inf or NaN
     return static_cast<uint16_t>(sign | (abs > 0x7F800000u ? 0x7E00u : 0x7C00u));
   if (abs >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds past 65504
-  if (abs < 0x38800000u) {  // below 2^-14: a half subnormal (or zero)
-    if (abs < 0x33000000u) return sign;  // below half of the smallest subnormal, 2^-25
+  if (abs < 0x38800000u) {                                               // below 2^-14: a half subnormal (or zero)
+    if (abs < 0x33000000u) return sign;                                  // below half of the smallest subnormal, 2^-25
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7FFFFFu) | 0x800000u;
     const uint32_t shift = 126u - exp;  // 14..24

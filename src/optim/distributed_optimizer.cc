@@ -141,8 +141,8 @@ void DistributedOptimizer::check_consistency() {
   comm_.wait_all();
   const int64_t sum = count.data_as<int64_t>()[0], sum_sq = count.data_as<int64_t>()[1];
   if (sum * sum != sum_sq * comm_.size())  // equal only when every rank has n parameters
-    fail(Code::kMismatch, "consistency check: ranks have different numbers of parameters (this rank ", n,
-         ", ", sum, " over ", comm_.size(), " ranks)");
+    fail(Code::kMismatch, "consistency check: ranks have different numbers of parameters (this rank ", n, ", ", sum,
+         " over ", comm_.size(), " ranks)");
   Tensor mine = Tensor::empty({n}, DType::kI64);
   for (int64_t i = 0; i < n; ++i) mine.data_as<int64_t>()[i] = content_hash(params_[static_cast<size_t>(i)].param);
   Tensor root = clone_host(mine);
@@ -156,9 +156,8 @@ void DistributedOptimizer::check_consistency() {
     const int64_t ranks = differ.data_as<int64_t>()[i];
     if (ranks != 0)
       fail(Code::kMismatch, "consistency check: parameter '", params_[static_cast<size_t>(i)].name, "' differs on ",
-           ranks, " rank(s) from rank 0 (this rank ", mine.data_as<int64_t>()[i] == root.data_as<int64_t>()[i]
-                                                          ? "agrees with rank 0"
-                                                          : "differs",
+           ranks, " rank(s) from rank 0 (this rank ",
+           mine.data_as<int64_t>()[i] == root.data_as<int64_t>()[i] ? "agrees with rank 0" : "differs",
            "); were parameters broadcast from rank 0 after initialisation?");
   }
 }

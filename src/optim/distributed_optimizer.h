@@ -100,9 +100,9 @@ class DistributedOptimizer {
   int pass_ = 0;
   LossScaler* scaler_ = nullptr;
   bool skipped_ = false;
-  std::vector<char> done_;       // reported in the current pass
-  std::vector<Tensor> accum_;    // f32 sums over passes (N > 1)
-  std::vector<Tensor> wire_;     // f16 buffers (compression)
+  std::vector<char> done_;          // reported in the current pass
+  std::vector<Tensor> accum_;       // f32 sums over passes (N > 1)
+  std::vector<Tensor> wire_;        // f16 buffers (compression)
   std::vector<ParamGrad> reduced_;  // what the optimizer steps with
 };
 

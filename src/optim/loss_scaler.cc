@@ -13,8 +13,7 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(op
   require(options_.growth_factor >= 1, "loss scaler: growth factor must be >= 1, got ", options_.growth_factor);
   require(options_.backoff_factor > 0 && options_.backoff_factor <= 1,
           "loss scaler: backoff factor must be in (0, 1], got ", options_.backoff_factor);
-  require(options_.growth_interval >= 1, "loss scaler: growth interval must be >= 1, got ",
-          options_.growth_interval);
+  require(options_.growth_interval >= 1, "loss scaler: growth interval must be >= 1, got ", options_.growth_interval);
 }
 
 bool LossScaler::unscale(std::span<const ParamGrad> params) const {

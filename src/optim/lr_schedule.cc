@@ -35,8 +35,8 @@ std::vector<double> parse_epoch_list(std::string_view text, std::string_view key
   return out;
 }
 
-LrScheduleOptions LrScheduleOptions::from_config(const Config& config, int64_t global_batch,
-                                                 int64_t steps_per_epoch, int64_t total_steps) {
+LrScheduleOptions LrScheduleOptions::from_config(const Config& config, int64_t global_batch, int64_t steps_per_epoch,
+                                                 int64_t total_steps) {
   LrScheduleOptions o;
   o.kind = parse_lr_schedule(config.get_string("lr_schedule"));
   o.base_lr = config.get_float("lr");
@@ -71,12 +71,12 @@ LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options))
     warmup_ = o.warmup_epochs * static_cast<double>(o.steps_per_epoch);
   }
   switch (o.kind) {
-    case LrScheduleKind::kConstant: break;
+    case LrScheduleKind::kConstant:
+      break;
     case LrScheduleKind::kStep:
       require(o.steps_per_epoch > 0,
               "lr_schedule=step needs the number of steps per epoch (unknown for this data source)");
-      require(o.decay_factor >= 0 && o.decay_factor <= 1, "lr_decay_factor must be in [0, 1], got ",
-              o.decay_factor);
+      require(o.decay_factor >= 0 && o.decay_factor <= 1, "lr_decay_factor must be in [0, 1], got ", o.decay_factor);
       break;
     case LrScheduleKind::kPoly:
     case LrScheduleKind::kCosine:
@@ -92,7 +92,8 @@ double LrSchedule::decayed(int64_t step) const {
   const LrScheduleOptions& o = options_;
   const double target = target_lr();
   switch (o.kind) {
-    case LrScheduleKind::kConstant: return target;
+    case LrScheduleKind::kConstant:
+      return target;
     case LrScheduleKind::kStep: {
       const double epoch = static_cast<double>(step) / static_cast<double>(o.steps_per_epoch);
       double lr = target;

@@ -30,7 +30,7 @@ struct LrScheduleOptions {
   double base_lr = 0.1;
   bool linear_scaling = false;
   int64_t base_batch_size = 256;
-  int64_t global_batch = 0;     // needed with linear_scaling
+  int64_t global_batch = 0;  // needed with linear_scaling
   double warmup_epochs = 0;
   int64_t warmup_steps = 0;     // > 0 overrides warmup_epochs
   int64_t steps_per_epoch = 0;  // needed for epoch-based warm-up and the step schedule

@@ -21,9 +21,9 @@ struct KindName {
   OptimizerKind kind;
   std::string_view name;
 };
-constexpr KindName kKinds[] = {{OptimizerKind::kSgd, "sgd"},   {OptimizerKind::kMomentum, "momentum"},
+constexpr KindName kKinds[] = {{OptimizerKind::kSgd, "sgd"},           {OptimizerKind::kMomentum, "momentum"},
                                {OptimizerKind::kNesterov, "nesterov"}, {OptimizerKind::kAdam, "adam"},
-                               {OptimizerKind::kAdamW, "adamw"}, {OptimizerKind::kLars, "lars"}};
+                               {OptimizerKind::kAdamW, "adamw"},       {OptimizerKind::kLars, "lars"}};
 
 // The CPU loop every kernels/ functor runs under.
 template <typename F, typename... Ptrs>
@@ -97,22 +97,23 @@ Optimizer::Optimizer(OptimizerOptions options) : options_(options) {
   require(options_.momentum >= 0 && options_.momentum < 1, "optimizer: momentum must be in [0, 1), got ",
           options_.momentum);
   require(options_.weight_decay >= 0, "optimizer: weight_decay must be >= 0, got ", options_.weight_decay);
-  require(options_.beta1 >= 0 && options_.beta1 < 1, "optimizer: adam_beta1 must be in [0, 1), got ",
-          options_.beta1);
-  require(options_.beta2 >= 0 && options_.beta2 < 1, "optimizer: adam_beta2 must be in [0, 1), got ",
-          options_.beta2);
+  require(options_.beta1 >= 0 && options_.beta1 < 1, "optimizer: adam_beta1 must be in [0, 1), got ", options_.beta1);
+  require(options_.beta2 >= 0 && options_.beta2 < 1, "optimizer: adam_beta2 must be in [0, 1), got ", options_.beta2);
   require(options_.epsilon >= 0, "optimizer: adam_epsilon must be >= 0, got ", options_.epsilon);
   require(options_.lars_eta > 0, "optimizer: lars_eta must be > 0, got ", options_.lars_eta);
 }
 
 std::vector<std::string_view> Optimizer::state_suffixes() const {
   switch (options_.kind) {
-    case OptimizerKind::kSgd: return {};
+    case OptimizerKind::kSgd:
+      return {};
     case OptimizerKind::kMomentum:
     case OptimizerKind::kNesterov:
-    case OptimizerKind::kLars: return {kVelocity};
+    case OptimizerKind::kLars:
+      return {kVelocity};
     case OptimizerKind::kAdam:
-    case OptimizerKind::kAdamW: return {kAdamM, kAdamV};
+    case OptimizerKind::kAdamW:
+      return {kAdamM, kAdamV};
   }
   return {};
 }
@@ -158,8 +159,8 @@ void Optimizer::update(const ParamGrad& p, double lr) {
     }
     case OptimizerKind::kMomentum:
     case OptimizerKind::kNesterov: {
-      kernels::SgdUpdate f{static_cast<float>(lr), static_cast<float>(o.momentum),
-                           static_cast<float>(o.weight_decay), o.kind == OptimizerKind::kNesterov};
+      kernels::SgdUpdate f{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay),
+                           o.kind == OptimizerKind::kNesterov};
       host_loop(n, f, w, g, state_for(p, kVelocity).data_as<float>());
       return;
     }
@@ -216,19 +217,18 @@ void Optimizer::import_state(std::span<const NamedTensor> state) {
       continue;
     }
     size_t slash = e.name.rfind('/');
-    std::string_view suffix = slash == std::string::npos ? std::string_view() : std::string_view(e.name).substr(slash + 1);
+    std::string_view suffix =
+        slash == std::string::npos ? std::string_view() : std::string_view(e.name).substr(slash + 1);
     bool known = false;
     for (std::string_view s : suffixes) known = known || s == suffix;
     require(known && slash > 0, "optimizer state: entry '", e.name, "' does not belong to a ",
             optimizer_kind_name(options_.kind), " optimizer (saved by another optimizer?)");
-    require(e.tensor.dtype() == DType::kF32, "optimizer state: '", e.name, "' must be f32, got ",
-            e.tensor.describe());
+    require(e.tensor.dtype() == DType::kF32, "optimizer state: '", e.name, "' must be f32, got ", e.tensor.describe());
     auto old = state_.find(e.name);
     require(old == state_.end() || old->second.shape() == e.tensor.shape(), "optimizer state: '", e.name,
             "' has shape ", shape_string(e.tensor.shape()), ", expected ",
             old == state_.end() ? std::string() : shape_string(old->second.shape()));
-    require(fresh.emplace(e.name, clone_host(e.tensor)).second, "optimizer state: entry '", e.name,
-            "' appears twice");
+    require(fresh.emplace(e.name, clone_host(e.tensor)).second, "optimizer state: entry '", e.name, "' appears twice");
   }
   require(steps >= 0, "optimizer state: the 'step' entry is missing");
   state_ = std::move(fresh);

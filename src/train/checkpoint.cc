@@ -41,7 +41,8 @@ class AtomicFile {
     temp_ = dir / cat(kTempPrefix, target_.filename().string(), "-", ::getpid());
     ::unlink(temp_.c_str());  // a leftover of this very process id
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail(Code::kIo, "cannot create '", temp_.string(), "' to write '", target_.string(), "': ", sys_error());
+    if (fd_ < 0)
+      fail(Code::kIo, "cannot create '", temp_.string(), "' to write '", target_.string(), "': ", sys_error());
   }
   ~AtomicFile() {
     if (fd_ >= 0) ::close(fd_);
@@ -218,7 +219,7 @@ class Cursor {
 std::vector<char> read_all(const fs::path& file) {
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail(Code::kIo, "cannot open checkpoint '", file.string(), "': ", sys_error());
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     std::string e = sys_error();
     ::close(fd);
@@ -247,7 +248,7 @@ class MappedFile {
   explicit MappedFile(const fs::path& file) {
     int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) fail(Code::kIo, "cannot open checkpoint '", file.string(), "': ", sys_error());
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0) {
       std::string e = sys_error();
       ::close(fd);
@@ -348,8 +349,9 @@ Checkpoint read_checkpoint(const fs::path& file) {
   const uint64_t have = d.size() - kHeaderSize;
   if (have < payload)
     corrupt("is truncated: the header announces ", payload + kHeaderSize, " bytes, the file has ", d.size());
-  if (have > payload) corrupt("has ", have - payload, " unexpected bytes after its end (", payload + kHeaderSize,
-                               " bytes expected, the file has ", d.size(), ")");
+  if (have > payload)
+    corrupt("has ", have - payload, " unexpected bytes after its end (", payload + kHeaderSize,
+            " bytes expected, the file has ", d.size(), ")");
   const uint32_t stored = load_at<uint32_t>(d, 24);
   const uint32_t computed = crc32c(d.data() + kHeaderSize, payload);
   if (stored != computed)

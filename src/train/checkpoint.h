@@ -35,8 +35,8 @@ struct Checkpoint {
   int64_t step = 0;            // optimizer steps taken
   int64_t pipeline_epoch = 0;  // where the input pipeline resumes
   int64_t pipeline_step = 0;
-  uint64_t seed = 0;           // the run's seed ...
-  uint64_t rng_counter = 0;    // ... and how far counter-based streams have advanced
+  uint64_t seed = 0;                            // the run's seed ...
+  uint64_t rng_counter = 0;                     // ... and how far counter-based streams have advanced
   std::map<std::string, std::string> metadata;  // e.g. "optimizer" → "momentum"
   std::vector<NamedTensor> params;
   std::vector<NamedTensor> optimizer_state;

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
-#include <nmmintrin.h>
+#  include <nmmintrin.h>
 #endif
 
 namespace cohort {

@@ -27,8 +27,7 @@ double softmax_cross_entropy(const float* scores, int64_t classes, int64_t label
 }
 
 void EvalAccumulator::add_batch(const Tensor& logits, const Tensor& labels, int64_t valid) {
-  require(logits.dtype() == DType::kF32 && logits.ndim() == 2 && logits.device().is_host() &&
-              logits.is_contiguous(),
+  require(logits.dtype() == DType::kF32 && logits.ndim() == 2 && logits.device().is_host() && logits.is_contiguous(),
           "evaluation: logits must be a contiguous f32 [N, classes] host tensor, got ", logits.describe());
   const int64_t n = logits.dim(0), classes = logits.dim(1);
   require(classes >= 1, "evaluation: logits have no classes");
@@ -37,10 +36,9 @@ void EvalAccumulator::add_batch(const Tensor& logits, const Tensor& labels, int6
           "evaluation: labels must be i32 or i64 [", n, "] on the host, got ", labels.describe());
   require(valid >= 0 && valid <= n, "evaluation: valid count ", valid, " is outside [0, ", n, "]");
   for (int64_t i = 0; i < valid; ++i) {
-    const int64_t label =
-        labels.dtype() == DType::kI32 ? labels.data_as<int32_t>()[i] : labels.data_as<int64_t>()[i];
-    require(label >= 0 && label < classes, "evaluation: label ", label, " of sample ", i, " is outside [0, ",
-            classes, ")");
+    const int64_t label = labels.dtype() == DType::kI32 ? labels.data_as<int32_t>()[i] : labels.data_as<int64_t>()[i];
+    require(label >= 0 && label < classes, "evaluation: label ", label, " of sample ", i, " is outside [0, ", classes,
+            ")");
     const float* row = logits.data_as<float>() + i * classes;
     totals_.top1 += in_top_k(row, classes, label, 1) ? 1 : 0;
     totals_.top5 += in_top_k(row, classes, label, 5) ? 1 : 0;

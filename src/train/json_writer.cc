@@ -46,14 +46,36 @@ std::string json_string(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; ++i; continue;
-      case '\\': out += "\\\\"; ++i; continue;
-      case '\b': out += "\\b"; ++i; continue;
-      case '\f': out += "\\f"; ++i; continue;
-      case '\n': out += "\\n"; ++i; continue;
-      case '\r': out += "\\r"; ++i; continue;
-      case '\t': out += "\\t"; ++i; continue;
-      default: break;
+      case '"':
+        out += "\\\"";
+        ++i;
+        continue;
+      case '\\':
+        out += "\\\\";
+        ++i;
+        continue;
+      case '\b':
+        out += "\\b";
+        ++i;
+        continue;
+      case '\f':
+        out += "\\f";
+        ++i;
+        continue;
+      case '\n':
+        out += "\\n";
+        ++i;
+        continue;
+      case '\r':
+        out += "\\r";
+        ++i;
+        continue;
+      case '\t':
+        out += "\\t";
+        ++i;
+        continue;
+      default:
+        break;
     }
     if (c < 0x20 || c == 0x7F) {
       char buf[8];
@@ -101,9 +123,7 @@ JsonObject& JsonObject::add_number(std::string_view key, std::optional<double> v
 JsonObject& JsonObject::add_int(std::string_view key, int64_t value) { return add_raw(key, std::to_string(value)); }
 JsonObject& JsonObject::add_bool(std::string_view key, bool value) { return add_raw(key, value ? "true" : "false"); }
 JsonObject& JsonObject::add_null(std::string_view key) { return add_raw(key, "null"); }
-JsonObject& JsonObject::add_object(std::string_view key, const JsonObject& value) {
-  return add_raw(key, value.str());
-}
+JsonObject& JsonObject::add_object(std::string_view key, const JsonObject& value) { return add_raw(key, value.str()); }
 
 std::string JsonObject::str() const { return "{" + body_ + "}"; }
 

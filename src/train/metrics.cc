@@ -51,9 +51,7 @@ RateSummary summarize_rates(std::span<const double> images, std::span<const doub
 
 double speedup(double rate_n, double rate_1) { return rate_1 > 0 ? rate_n / rate_1 : 0.0; }
 
-double efficiency(double rate_n, double rate_1, int ranks) {
-  return ranks > 0 ? speedup(rate_n, rate_1) / ranks : 0.0;
-}
+double efficiency(double rate_n, double rate_1, int ranks) { return ranks > 0 ? speedup(rate_n, rate_1) / ranks : 0.0; }
 
 StepMetrics::StepMetrics(int64_t warmup_steps) : warmup_(warmup_steps) {
   require(warmup_steps >= 0, "metrics: warm-up steps must be >= 0, got ", warmup_steps);
@@ -85,9 +83,7 @@ TimeFractions StepMetrics::time_fractions() const {
 
 StepClock::StepClock(Now now) : now_(std::move(now)) {
   if (!now_)
-    now_ = [] {
-      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    };
+    now_ = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
 }
 
 void StepClock::begin() {

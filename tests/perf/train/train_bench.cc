@@ -53,8 +53,8 @@ void bench_optimizers() {
     ParamGrad p{"w", w, g};
     opt.step({&p, 1}, 0.1);  // allocates the state
     const double t = median_seconds(5, [&] { opt.step({&p, 1}, 0.1); });
-    std::printf("  %-10s                      %8.2f ms  (%.2fx axpy)\n",
-                std::string(optimizer_kind_name(kind)).c_str(), t * 1e3, t / axpy);
+    std::printf("  %-10s                      %8.2f ms  (%.2fx axpy)\n", std::string(optimizer_kind_name(kind)).c_str(),
+                t * 1e3, t / axpy);
   }
 }
 
@@ -63,8 +63,8 @@ void bench_crc() {
   const double copy = median_seconds(5, [&] { std::memcpy(b.data(), a.data(), a.size()); });
   uint32_t sink = 0;
   const double crc = median_seconds(5, [&] { sink ^= crc32c(a.data(), a.size()); });
-  std::printf("CRC32C over 256 MiB: %.2f GB/s; peer memcpy %.2f GB/s (ratio %.2f) [%08x]\n",
-              a.size() / crc / 1e9, a.size() / copy / 1e9, crc / copy, sink);
+  std::printf("CRC32C over 256 MiB: %.2f GB/s; peer memcpy %.2f GB/s (ratio %.2f) [%08x]\n", a.size() / crc / 1e9,
+              a.size() / copy / 1e9, crc / copy, sink);
 }
 
 void bench_checkpoint() {
@@ -88,10 +88,10 @@ void bench_checkpoint() {
     ::close(fd);
   });
   const double read = median_seconds(3, [&] { read_checkpoint(dir / "ck.cohort"); });
-  std::printf("checkpoint of %.1f MB: write %.0f ms (raw write+fsync %.0f ms, ratio %.2f); "
-              "read+verify %.0f ms (raw read %.0f ms, ratio %.2f)\n",
-              bytes / 1e6, write * 1e3, raw_write * 1e3, write / raw_write, read * 1e3, raw_read * 1e3,
-              read / raw_read);
+  std::printf(
+      "checkpoint of %.1f MB: write %.0f ms (raw write+fsync %.0f ms, ratio %.2f); "
+      "read+verify %.0f ms (raw read %.0f ms, ratio %.2f)\n",
+      bytes / 1e6, write * 1e3, raw_write * 1e3, write / raw_write, read * 1e3, raw_read * 1e3, read / raw_read);
   fs::remove_all(dir);
 }
 

@@ -42,7 +42,8 @@ struct Linear {
     const float inv = 1.0f / static_cast<float>(end - begin);
     for (int s = begin; s < end; ++s) {
       float x[kIn], t[kOut];
-      for (int i = 0; i < kIn; ++i) x[i] = std::cos(0.3f * static_cast<float>(step * kGlobalBatch + s) + static_cast<float>(i));
+      for (int i = 0; i < kIn; ++i)
+        x[i] = std::cos(0.3f * static_cast<float>(step * kGlobalBatch + s) + static_cast<float>(i));
       for (int o = 0; o < kOut; ++o) t[o] = 0.5f * x[o] - 0.25f * x[(o + 1) % kIn] + 0.1f * static_cast<float>(o);
       for (int o = 0; o < kOut; ++o) {
         float y = b.data_as<float>()[o];

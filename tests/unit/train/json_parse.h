@@ -124,8 +124,10 @@ class JsonParser {
         while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
         if (i_ == d) err("expected a digit");
       };
-      if (i_ < s_.size() && s_[i_] == '0') ++i_;
-      else digits();
+      if (i_ < s_.size() && s_[i_] == '0')
+        ++i_;
+      else
+        digits();
       if (i_ < s_.size() && s_[i_] == '.') {
         ++i_;
         digits();
@@ -173,14 +175,30 @@ class JsonParser {
       if (i_ >= s_.size()) err("bad escape");
       char e = s_[i_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           if (i_ + 4 > s_.size()) err("short \\u escape");
           uint32_t cp = static_cast<uint32_t>(std::stoul(std::string(s_.substr(i_, 4)), nullptr, 16));
@@ -188,7 +206,8 @@ class JsonParser {
           put_utf8(out, cp);
           break;
         }
-        default: err("bad escape");
+        default:
+          err("bad escape");
       }
     }
   }

@@ -51,7 +51,7 @@ TEST(LrSchedule, WarmupMatchesHorovodCallback) {
     double horovod = 0.4 * (1.0 / size) * (epoch * (size - 1) / 5.0 + 1.0);
     EXPECT_NEAR(s.lr_at(step), horovod, 1e-15) << "step " << step;
   }
-  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);    // lr/k of the scaled lr
+  EXPECT_DOUBLE_EQ(s.lr_at(0), 0.1);  // lr/k of the scaled lr
   EXPECT_DOUBLE_EQ(s.lr_at(250), 0.25);
   EXPECT_DOUBLE_EQ(s.lr_at(500), 0.4);  // the scaled lr from the end of warm-up
   EXPECT_DOUBLE_EQ(s.lr_at(10000), 0.4);

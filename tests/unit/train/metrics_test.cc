@@ -31,9 +31,9 @@ TEST(Metrics, RatesAsTfCnnBenchmarks) {
   RateSummary r = summarize_rates(images, seconds);
   EXPECT_EQ(r.count, 5);
   EXPECT_DOUBLE_EQ(r.median, 200);
-  EXPECT_DOUBLE_EQ(r.mean, 500 / 3.25);               // batch / mean step time
+  EXPECT_DOUBLE_EQ(r.mean, 500 / 3.25);              // batch / mean step time
   EXPECT_DOUBLE_EQ(r.std_error, std::sqrt(2400.0));  // np.std (ddof 0) / √5
-  EXPECT_DOUBLE_EQ(r.jitter, 1.4826 * 100);           // median |x − 200| = 100
+  EXPECT_DOUBLE_EQ(r.jitter, 1.4826 * 100);          // median |x − 200| = 100
   EXPECT_EQ(format_rate(r), "images/sec: 153.8 +/- 49.0 (jitter = 148.3)");
   EXPECT_EQ(format_step_line(10, r, 2.302585), "10\timages/sec: 153.8 +/- 49.0 (jitter = 148.3)\t2.303");
   EXPECT_EQ(format_total_line(1234.5678), "total images/sec: 1234.57");
@@ -155,9 +155,8 @@ TEST(RunSummary, FieldsAndOrderAsDesigned) {
   std::vector<std::string> keys;
   for (const auto& m : j.members) keys.push_back(m.key);
   EXPECT_EQ(keys, (std::vector<std::string>{"schema", "model", "ranks", "local_ranks", "device", "precision", "data",
-                                            "batch_per_rank", "global_batch", "steps", "warmup_steps",
-                                            "images_per_sec", "time_fraction", "epochs", "loss", "top1", "top5",
-                                            "wall_s"}));
+                                            "batch_per_rank", "global_batch", "steps", "warmup_steps", "images_per_sec",
+                                            "time_fraction", "epochs", "loss", "top1", "top5", "wall_s"}));
   EXPECT_EQ(j.at("schema").text, "cohort.run/1");
   EXPECT_EQ(j.at("device").text, "cpu");
   EXPECT_EQ(j.at("precision").text, "f32");

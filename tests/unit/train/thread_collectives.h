@@ -81,20 +81,34 @@ class ThreadCollectives : public Collectives {
   // values are rounded back to f16 at the end.
   static double value(const Tensor& t, int64_t i, double pre) {
     switch (t.dtype()) {
-      case DType::kF32: return static_cast<float>(t.data_as<float>()[i] * static_cast<float>(pre));
-      case DType::kF16: return kernels::decompress_f16(t.data_as<uint16_t>()[i]) * static_cast<float>(pre);
-      case DType::kF64: return t.data_as<double>()[i] * pre;
-      case DType::kI64: return static_cast<double>(t.data_as<int64_t>()[i]);
-      default: throw std::runtime_error("unsupported dtype");
+      case DType::kF32:
+        return static_cast<float>(t.data_as<float>()[i] * static_cast<float>(pre));
+      case DType::kF16:
+        return kernels::decompress_f16(t.data_as<uint16_t>()[i]) * static_cast<float>(pre);
+      case DType::kF64:
+        return t.data_as<double>()[i] * pre;
+      case DType::kI64:
+        return static_cast<double>(t.data_as<int64_t>()[i]);
+      default:
+        throw std::runtime_error("unsupported dtype");
     }
   }
   static void store(Tensor& t, int64_t i, double v) {
     switch (t.dtype()) {
-      case DType::kF32: t.data_as<float>()[i] = static_cast<float>(v); break;
-      case DType::kF16: t.data_as<uint16_t>()[i] = kernels::compress_f16(static_cast<float>(v)); break;
-      case DType::kF64: t.data_as<double>()[i] = v; break;
-      case DType::kI64: t.data_as<int64_t>()[i] = static_cast<int64_t>(v); break;
-      default: throw std::runtime_error("unsupported dtype");
+      case DType::kF32:
+        t.data_as<float>()[i] = static_cast<float>(v);
+        break;
+      case DType::kF16:
+        t.data_as<uint16_t>()[i] = kernels::compress_f16(static_cast<float>(v));
+        break;
+      case DType::kF64:
+        t.data_as<double>()[i] = v;
+        break;
+      case DType::kI64:
+        t.data_as<int64_t>()[i] = static_cast<int64_t>(v);
+        break;
+      default:
+        throw std::runtime_error("unsupported dtype");
     }
   }
 
