@@ -35,6 +35,38 @@ int64_t content_hash(const Tensor& t) {
 
 }  // namespace
 
+void SingleRankCollectives::allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) {
+  require(t.device().is_host() && t.is_contiguous(), "allreduce '", name, "': ", t.describe(),
+          " must be a contiguous host tensor");
+  const double s = prescale * postscale;
+  if (s == 1.0) return;
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kF32:
+      host_loop(n, kernels::Scale{static_cast<float>(s)}, t.data_as<float>());
+      return;
+    case DType::kF64:
+      for (int64_t i = 0; i < n; ++i) t.data_as<double>()[i] *= s;
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t& h = t.data_as<uint16_t>()[i];
+        h = kernels::compress_f16(static_cast<float>(kernels::decompress_f16(h) * s));
+      }
+      return;
+    case DType::kI64:
+      for (int64_t i = 0; i < n; ++i)
+        t.data_as<int64_t>()[i] = static_cast<int64_t>(static_cast<double>(t.data_as<int64_t>()[i]) * s);
+      return;
+    default:
+      fail(Code::kUnsupported, "allreduce '", name, "': ", dtype_name(t.dtype()), " is not supported");
+  }
+}
+
+void SingleRankCollectives::broadcast(const std::string& name, Tensor t, int root) {
+  require(root == 0, "broadcast '", name, "': root ", root, " is not a rank (a single-rank run has only rank 0)");
+}
+
 DistributedOptions DistributedOptions::from_config(const Config& config) {
   DistributedOptions o;
   o.backward_passes_per_step = static_cast<int>(config.get_int("backward_passes_per_step"));

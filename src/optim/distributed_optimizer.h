@@ -42,6 +42,17 @@ class Collectives {
   virtual void broadcast(const std::string& name, Tensor t, int root) = 0;
 };
 
+// One rank, no communication: an allreduce only applies its scales, a broadcast leaves
+// the tensor as it is. Lets a single-process run use the same training code.
+class SingleRankCollectives : public Collectives {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) override;
+  void wait_all() override {}
+  void broadcast(const std::string& name, Tensor t, int root) override;
+};
+
 struct DistributedOptions {
   int backward_passes_per_step = 1;
   bool compress_f16 = false;

@@ -44,7 +44,7 @@ LrScheduleOptions LrScheduleOptions::from_config(const Config& config, int64_t g
   o.base_batch_size = config.get_int("base_batch_size");
   o.global_batch = global_batch;
   o.warmup_epochs = config.get_float("warmup_epochs");
-  o.warmup_steps = config.get_int("warmup_steps");
+  o.warmup_steps = config.get_int("lr_warmup_steps");
   o.steps_per_epoch = steps_per_epoch;
   o.total_steps = total_steps;
   o.decay_epochs = parse_epoch_list(config.get_string("lr_decay_epochs"), "lr_decay_epochs");
@@ -67,7 +67,7 @@ LrSchedule::LrSchedule(LrScheduleOptions options) : options_(std::move(options))
     warmup_ = static_cast<double>(o.warmup_steps);
   } else if (o.warmup_epochs > 0) {
     require(o.steps_per_epoch > 0, "warmup_epochs=", o.warmup_epochs,
-            " needs the number of steps per epoch (unknown for this data source); use warmup_steps instead");
+            " needs the number of steps per epoch (unknown for this data source); use lr_warmup_steps instead");
     warmup_ = o.warmup_epochs * static_cast<double>(o.steps_per_epoch);
   }
   switch (o.kind) {

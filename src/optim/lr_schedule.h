@@ -2,7 +2,7 @@
 // warm-up, with the linear scaling rule (Goyal et al. 2017) as an option.
 //
 // target = lr × k, where k = global_batch / base_batch_size with lr_scaling=linear and
-// 1 otherwise. During warm-up (W steps: warmup_steps, or warmup_epochs × steps per
+// 1 otherwise. During warm-up (W steps: lr_warmup_steps, or warmup_epochs × steps per
 // epoch) lr(s) = start + (target − start)·s/W with start = target/k = lr: the gradual
 // warm-up of Goyal et al. from the unscaled to the scaled lr, and exactly Horovod's
 // warm-up callback, target/k × (1 + e·(k − 1)/W_e) at the fractional epoch e. Without
@@ -41,7 +41,7 @@ struct LrScheduleOptions {
   double end_lr = 0;
 
   // From the keys lr, lr_schedule, lr_scaling, base_batch_size, warmup_epochs,
-  // warmup_steps, lr_decay_epochs, lr_decay_factor, lr_poly_power, lr_end; the run's
+  // lr_warmup_steps, lr_decay_epochs, lr_decay_factor, lr_poly_power, lr_end; the run's
   // geometry comes from the caller.
   static LrScheduleOptions from_config(const Config& config, int64_t global_batch, int64_t steps_per_epoch,
                                        int64_t total_steps);

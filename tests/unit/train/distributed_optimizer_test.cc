@@ -239,6 +239,28 @@ TEST(DistributedOptimizer, RejectsMisuse) {
   });
 }
 
+TEST(DistributedOptimizer, SingleRankEqualsThePlainOptimizer) {
+  SingleRankCollectives one;
+  DistributedOptions d;
+  d.gradient_predivide_factor = 8.0;  // scales cancel
+  Linear m(1.0f);
+  Optimizer opt(momentum());
+  DistributedOptimizer dist(opt, one, m.params(), d);
+  dist.broadcast_parameters(0);
+  for (int s = 0; s < kSteps; ++s) {
+    m.backward(s, 0, kGlobalBatch);
+    EXPECT_TRUE(dist.step(0.1));
+  }
+  dist.check_consistency();
+  Linear ref = single_rank_reference(momentum());
+  expect_close(m.w, ref.w, 1e-6, "weight");
+  EXPECT_THROW(one.broadcast("x", m.w, 1), Error);
+  Tensor h = Tensor::empty({1}, DType::kF16);
+  h.data_as<uint16_t>()[0] = kernels::compress_f16(3.0f);
+  one.allreduce_async("h", h, 0.5, 1.0);
+  EXPECT_EQ(kernels::decompress_f16(h.data_as<uint16_t>()[0]), 1.5f);
+}
+
 TEST(DistributedOptimizer, OptionsFromConfig) {
   Config cfg;
   cfg.set("backward_passes_per_step", "4");

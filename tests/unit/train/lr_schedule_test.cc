@@ -122,7 +122,7 @@ TEST(LrSchedule, ErrorsNameWhatIsMissing) {
   EXPECT_NE(message(lin).find("global batch"), std::string::npos);
   LrScheduleOptions warm = base(LrScheduleKind::kConstant, 1);
   warm.warmup_epochs = 2;
-  EXPECT_NE(message(warm).find("warmup_steps"), std::string::npos);
+  EXPECT_NE(message(warm).find("use lr_warmup_steps"), std::string::npos);
   EXPECT_THROW(parse_lr_schedule("exponential"), Error);
 }
 
@@ -143,6 +143,8 @@ TEST(LrSchedule, FromConfig) {
   c.set("base_batch_size", "128");
   c.set("warmup_epochs", "1");
   LrSchedule s(LrScheduleOptions::from_config(c, 512, 10, 100));
+  c.set("lr_warmup_steps", "4");
+  EXPECT_DOUBLE_EQ(LrSchedule(LrScheduleOptions::from_config(c, 512, 10, 100)).warmup_steps(), 4.0);
   EXPECT_DOUBLE_EQ(s.target_lr(), 0.2);
   EXPECT_DOUBLE_EQ(s.warmup_steps(), 10.0);
   EXPECT_DOUBLE_EQ(s.lr_at(0), 0.05);
