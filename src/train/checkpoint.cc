@@ -329,7 +329,11 @@ void write_checkpoint(const fs::path& file, const Checkpoint& ck, const Checkpoi
 }
 
 Checkpoint read_checkpoint(const fs::path& file) {
-  const MappedFile d(file);
+  const MappedFile mapped(file);
+  return parse_checkpoint(mapped.view(), file);
+}
+
+Checkpoint parse_checkpoint(std::string_view d, const fs::path& file) {
   const std::string name = file.string();
   auto corrupt = [&](const auto&... what) { fail(Code::kCorruptData, "checkpoint '", name, "' ", what...); };
   if (d.empty()) corrupt("is empty (0 bytes)");
@@ -357,7 +361,7 @@ Checkpoint read_checkpoint(const fs::path& file) {
   if (stored != computed)
     corrupt("is corrupt: checksum mismatch (stored CRC32C ", stored, ", computed ", computed, ")");
 
-  Cursor c(d.view(), kHeaderSize, file);
+  Cursor c(d, kHeaderSize, file);
   Checkpoint ck;
   ck.model = c.str("the model name");
   ck.epoch = c.pod<int64_t>("the epoch");

@@ -59,6 +59,9 @@ void write_checkpoint(const std::filesystem::path& file, const Checkpoint& ck,
 // version, truncated (expected vs actual size), checksum mismatch, malformed content.
 Checkpoint read_checkpoint(const std::filesystem::path& file);
 
+// The same validation over a checkpoint's bytes; `file` only names it in errors.
+Checkpoint parse_checkpoint(std::string_view bytes, const std::filesystem::path& file);
+
 // Checks that a checkpoint belongs to this model: the same model name and exactly the
 // same parameter names, dtypes and shapes. Throws kInvalidArgument naming `file`
 // and the first difference.

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -176,6 +177,53 @@ TEST(Checkpoint, CorruptionIsReportedWithTheFileName) {
   std::string msg = error_of([&] { read_checkpoint(dir.path() / "missing.cohort"); }, &code);
   EXPECT_EQ(code, Code::kIo);
   EXPECT_NE(msg.find("missing.cohort"), std::string::npos) << msg;
+}
+
+// Rewrites the header's payload and header checksums after a deliberate edit.
+void fix_checksums(std::vector<char>& d) {
+  uint32_t payload = crc32c(d.data() + 32, d.size() - 32);
+  std::memcpy(d.data() + 24, &payload, 4);
+  uint32_t header = crc32c(d.data(), 28);
+  std::memcpy(d.data() + 28, &header, 4);
+}
+
+TEST(Checkpoint, MalformedContentWithValidChecksumsIsReported) {
+  TempDir dir;
+  const fs::path file = dir.path() / "m.cohort";
+  write_checkpoint(file, sample());
+  const std::vector<char> good = slurp(file);
+  const std::string name = "conv1.weight";
+  auto at = std::search(good.begin() + 32, good.end(), name.begin(), name.end()) - good.begin();
+  struct Case {
+    const char* what;
+    std::function<void(std::vector<char>&)> edit;
+    const char* expect;
+  };
+  std::vector<Case> cases = {
+      {"unknown dtype", [&](auto& d) { d[static_cast<size_t>(at) + name.size()] = 9; }, "unknown dtype"},
+      {"huge rank", [&](auto& d) { d[static_cast<size_t>(at) + name.size() + 2] = 100; }, "has rank 100"},
+      {"byte count off", [&](auto& d) { d[static_cast<size_t>(at) + name.size() + 6 + 32] ^= 4; }, "bytes for shape"},
+      {"name length too long", [&](auto& d) { d[static_cast<size_t>(at) - 2] = 0x7f; }, "malformed"},
+      {"cut after a tensor",
+       [&](auto& d) {
+         d.resize(d.size() - 3);
+         uint64_t n = d.size() - 32;
+         std::memcpy(d.data() + 16, &n, 8);
+       },
+       "runs past the end"},
+  };
+  for (const Case& c : cases) {
+    std::vector<char> d = good;
+    c.edit(d);
+    fix_checksums(d);
+    spit(file, d);
+    Code code = Code::kOk;
+    std::string msg = error_of([&] { read_checkpoint(file); }, &code);
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << c.what << ": " << msg;
+    EXPECT_NE(msg.find("is malformed at byte"), std::string::npos) << c.what << ": " << msg;
+    EXPECT_EQ(code, Code::kCorruptData) << c.what;
+  }
+  EXPECT_NO_THROW(parse_checkpoint(std::string_view(good.data(), good.size()), "in memory"));
 }
 
 TEST(Checkpoint, MismatchedModelOrShapesAreClearErrors) {
