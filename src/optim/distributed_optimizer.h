@@ -75,7 +75,9 @@ class DistributedOptimizer {
                        DistributedOptions options = {});
 
   // Parameter `index`'s gradient of the current backward pass is final. On the last
-  // pass of a step its exchange starts now. Call from one thread at a time.
+  // pass of a step its exchange starts now. Call from one thread at a time. With one
+  // pass per step and no compression the gradient buffer itself is reduced in place:
+  // leave it alone until step() returns.
   void gradient_ready(size_t index);
 
   // Ends a backward pass. Parameters whose gradient was not reported are handled now
