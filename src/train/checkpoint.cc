@@ -415,6 +415,25 @@ void restore_parameters(const Checkpoint& ck, std::string_view model, std::span<
   }
 }
 
+void store_optimizer_state(Checkpoint& ck, const Optimizer& optimizer) {
+  ck.optimizer_state.clear();
+  for (const NamedTensor& e : optimizer.export_state()) ck.optimizer_state.push_back({e.name, clone_host(e.tensor)});
+  ck.metadata["optimizer"] = std::string(optimizer_kind_name(optimizer.options().kind));
+}
+
+void restore_optimizer_state(const Checkpoint& ck, Optimizer& optimizer, const fs::path& file) {
+  const std::string_view kind = optimizer_kind_name(optimizer.options().kind);
+  auto saved = ck.metadata.find("optimizer");
+  if (saved != ck.metadata.end() && saved->second != kind)
+    fail(Code::kInvalidArgument, "checkpoint '", file.string(), "' holds the state of optimizer=", saved->second,
+         "; this run uses optimizer=", kind, " (set optimizer=", saved->second, " to resume it)");
+  try {
+    optimizer.import_state(ck.optimizer_state);
+  } catch (const Error& e) {
+    fail(e.code(), "checkpoint '", file.string(), "': ", e.what());
+  }
+}
+
 CheckpointDir::CheckpointDir(fs::path dir, int keep) : dir_(std::move(dir)), keep_(keep) {
   require(!dir_.empty(), "checkpoint_dir is empty");
   require(keep >= 1, "keep_checkpoints must be >= 1, got ", keep);

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "optim/named_tensor.h"
+#include "optim/optimizer.h"
 
 namespace cohort {
 
@@ -71,6 +72,13 @@ void check_checkpoint_matches(const Checkpoint& ck, std::string_view model, std:
 // check_checkpoint_matches, then copies the checkpoint's parameter values into `params`.
 void restore_parameters(const Checkpoint& ck, std::string_view model, std::span<const NamedTensor> params,
                         const std::filesystem::path& file);
+
+// Puts the optimizer's state (copied) and kind ("optimizer" metadata) into `ck`.
+void store_optimizer_state(Checkpoint& ck, const Optimizer& optimizer);
+
+// Loads the optimizer state saved by store_optimizer_state(). Throws kInvalidArgument
+// naming `file` when it was saved by another kind of optimizer or does not fit.
+void restore_optimizer_state(const Checkpoint& ck, Optimizer& optimizer, const std::filesystem::path& file);
 
 // A checkpoint directory: files "ckpt-<step>.cohort" and a "latest" file naming the
 // newest one, each replaced atomically. Only one process (rank 0) writes to it.

@@ -255,6 +255,29 @@ TEST(Checkpoint, MismatchedModelOrShapesAreClearErrors) {
   EXPECT_NE(msg.find("has parameter 'empty' that model 'mnist_cnn' does not have"), std::string::npos) << msg;
 }
 
+TEST(Checkpoint, OptimizerStateIsTiedToTheOptimizerKind) {
+  OptimizerOptions adam;
+  adam.kind = OptimizerKind::kAdam;
+  Optimizer a(adam);
+  Tensor w = f32({2}, 1.0f), g = f32({2}, 0.5f);
+  ParamGrad p{"w", w, g};
+  a.step({&p, 1}, 0.1);
+  Checkpoint ck;
+  store_optimizer_state(ck, a);
+  EXPECT_EQ(ck.metadata.at("optimizer"), "adam");
+  Optimizer b(adam);
+  restore_optimizer_state(ck, b, "ck.cohort");
+  EXPECT_EQ(b.steps(), 1);
+  Optimizer m{OptimizerOptions{}};  // momentum
+  std::string msg = error_of([&] { restore_optimizer_state(ck, m, "/ck/x.cohort"); });
+  EXPECT_NE(msg.find("checkpoint '/ck/x.cohort' holds the state of optimizer=adam; this run uses optimizer=momentum"),
+            std::string::npos)
+      << msg;
+  ck.metadata.erase("optimizer");  // without the kind, the entries themselves give it away
+  msg = error_of([&] { restore_optimizer_state(ck, m, "/ck/x.cohort"); });
+  EXPECT_NE(msg.find("checkpoint '/ck/x.cohort': optimizer state: entry 'w/adam_m'"), std::string::npos) << msg;
+}
+
 TEST(Checkpoint, RestoreCopiesParameterValues) {
   Checkpoint ck = sample();
   std::vector<NamedTensor> model = {
