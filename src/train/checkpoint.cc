@@ -473,6 +473,9 @@ std::optional<fs::path> CheckpointDir::latest() const {
   const fs::path pointer = dir_ / kLatest;
   std::error_code ec;
   if (!fs::exists(pointer, ec)) return std::nullopt;
+  if (fs::file_size(pointer, ec) > 4096)
+    fail(Code::kCorruptData, "'", pointer.string(), "' is ", fs::file_size(pointer, ec),
+         " bytes; it should hold one checkpoint file name");
   const std::vector<char> raw = read_all(pointer);
   const std::string name = trim(std::string_view(raw.data(), raw.size()));
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")

@@ -321,6 +321,9 @@ TEST(CheckpointDir, LatestPointsAtTheNewestAndOldOnesArePruned) {
   EXPECT_NE(msg.find("names 'gone', which does not exist"), std::string::npos) << msg;
   spit(cd.dir() / "latest", {'.', '.', '/', 'x'});
   EXPECT_THROW(cd.latest(), Error);
+  spit(cd.dir() / "latest", std::vector<char>(10000, 'a'));
+  msg = error_of([&] { cd.latest(); }, &code);
+  EXPECT_NE(msg.find("should hold one checkpoint file name"), std::string::npos) << msg;
 }
 
 // A child process writes a large checkpoint and is killed part-way: the previous
