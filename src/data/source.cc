@@ -35,6 +35,7 @@ class TFRecordSource : public Source {
           if (o.on_error == OnError::kFail)
             fail(Code::kCorruptData, "'", path, "': ", problem, " (on_error=fail)");
           COHORT_LOG_WARN("'", path, "': ", problem, "; using the ", shard.extents.size(), " records before it");
+          problems_.push_back(cat("'", path, "': ", problem));
         } else if (o.write_index) {
           try {
             std::string text = format_index(shard.extents);
@@ -53,6 +54,7 @@ class TFRecordSource : public Source {
 
   int64_t size() const override { return total_; }
   std::string kind() const override { return "tfrecord"; }
+  std::vector<std::string> problems() const override { return problems_; }
   std::string describe() const override { return cat(total_, " records in ", shards_.size(), " TFRecord shards at '", options_.path, "'"); }
 
   std::string origin(int64_t index) const override {
@@ -88,6 +90,7 @@ class TFRecordSource : public Source {
   }
 
   SourceOptions options_;
+  std::vector<std::string> problems_;
   std::vector<Shard> shards_;
   std::vector<int64_t> starts_;  // cumulative record counts
   int64_t total_ = 0;

@@ -65,6 +65,8 @@ class Source {
   // Class names for a folder source.
   virtual std::vector<std::string> class_names() const { return {}; }
   virtual std::string describe() const = 0;
+  // Damage found while opening (a truncated shard), one line each.
+  virtual std::vector<std::string> problems() const { return {}; }
 };
 
 // Opens the source named by options (auto: a directory with class sub-folders is an
