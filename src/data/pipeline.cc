@@ -391,6 +391,11 @@ void Pipeline::compact(Slot& slot) {
     }
     ++j;
   }
+  // What is left behind (skipped samples) reads as padding: zeros, label 0.
+  for (size_t i = j; i < B; ++i) {
+    std::memset(base + i * sample_bytes_, 0, sample_bytes_);
+    slot.labels[i] = 0;
+  }
 }
 
 const BatchView& Pipeline::next() {
