@@ -172,63 +172,76 @@ void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride,
   x0_.resize(static_cast<size_t>(W));
   x1_.resize(static_cast<size_t>(W));
   wx_.resize(static_cast<size_t>(W));
-  row_a_.resize(static_cast<size_t>(W) * C);
-  row_b_.resize(static_cast<size_t>(W) * C);
   row_.resize(static_cast<size_t>(W) * C);
   // Half-pixel centres: output pixel i samples source crop_x + (i + 0.5) * crop_w / W - 0.5.
   const float sx = crop_w / W, sy = crop_h / H;
+  int lo = src_w, hi = 0;
   for (int i = 0; i < W; ++i) {
     int ox = d.flip_lr ? W - 1 - i : i;
     float fx = crop_x + (ox + 0.5f) * sx - 0.5f;
     fx = std::clamp(fx, 0.0f, static_cast<float>(src_w - 1));
-    int x0 = static_cast<int>(fx);
-    x0_[static_cast<size_t>(i)] = x0 * C;
-    x1_[static_cast<size_t>(i)] = std::min(x0 + 1, src_w - 1) * C;
+    int x0 = static_cast<int>(fx), x1 = std::min(x0 + 1, src_w - 1);
+    lo = std::min(lo, x0);
+    hi = std::max(hi, x1);
     wx_[static_cast<size_t>(i)] = fx - static_cast<float>(x0);
+    x0_[static_cast<size_t>(i)] = x0 * C;
+    x1_[static_cast<size_t>(i)] = x1 * C;
   }
-  auto hrow = [&](int sy_row, float* out) {
-    const uint8_t* s = src + stride * static_cast<size_t>(sy_row);
-    for (int i = 0; i < W; ++i) {
-      const uint8_t* a = s + x0_[static_cast<size_t>(i)];
-      const uint8_t* b = s + x1_[static_cast<size_t>(i)];
-      float w = wx_[static_cast<size_t>(i)];
-      for (int c = 0; c < C; ++c) out[i * C + c] = a[c] + (static_cast<float>(b[c]) - a[c]) * w;
-    }
-  };
+  // Vertical blend first over the source columns in use (contiguous, vectorises),
+  // then the horizontal taps from that one row.
+  const int span = (hi - lo + 1) * C;
+  row_a_.resize(static_cast<size_t>(span));
+  for (int i = 0; i < W; ++i) {
+    x0_[static_cast<size_t>(i)] -= lo * C;
+    x1_[static_cast<size_t>(i)] -= lo * C;
+  }
   const bool color = d.color;
   if (color) image_.resize(static_cast<size_t>(W) * H * C);
+  const bool fast_f32 = !color && o.dtype == DType::kF32 && !o.nhwc;
+  float scale[C], bias[C];
+  for (int c = 0; c < C; ++c) {
+    auto n = kernels::Normalize::from_mean_std(o.mean[c], o.stddev[c], 255.0f);
+    scale[c] = n.scale;
+    bias[c] = n.bias;
+  }
+  const size_t plane = static_cast<size_t>(W) * H;
   double sums[C] = {};
-  int cached_a = -1, cached_b = -1;
   kernels::SaturationHue sat_hue{d.saturation, d.hue};
+  float* v = row_a_.data();
   for (int oy = 0; oy < H; ++oy) {
     float fy = crop_y + (oy + 0.5f) * sy - 0.5f;
     fy = std::clamp(fy, 0.0f, static_cast<float>(src_h - 1));
     int y0 = static_cast<int>(fy), y1 = std::min(y0 + 1, src_h - 1);
     float wy = fy - static_cast<float>(y0);
-    if (cached_a != y0) {
-      if (cached_b == y0) {
-        std::swap(row_a_, row_b_);
-        std::swap(cached_a, cached_b);
-      } else {
-        hrow(y0, row_a_.data());
-        cached_a = y0;
-      }
-    }
-    if (cached_b != y1) {
-      hrow(y1, row_b_.data());
-      cached_b = y1;
-    }
-    const float* a = row_a_.data();
-    const float* b = row_b_.data();
+    const uint8_t* a = src + stride * static_cast<size_t>(y0) + static_cast<size_t>(lo) * C;
+    const uint8_t* b = src + stride * static_cast<size_t>(y1) + static_cast<size_t>(lo) * C;
+    for (int i = 0; i < span; ++i) v[i] = static_cast<float>(a[i]) + (static_cast<float>(b[i]) - static_cast<float>(a[i])) * wy;
     int out_y = d.flip_ud ? H - 1 - oy : oy;
-    if (!color) {
-      for (int i = 0; i < W * C; ++i) row_[static_cast<size_t>(i)] = a[i] + (b[i] - a[i]) * wy;
-      write_row<C>(row_.data(), out_y, 255.0f, o, dst);
+    if (fast_f32) {
+      float* planes[C];
+      for (int c = 0; c < C; ++c) planes[c] = static_cast<float*>(dst) + c * plane + static_cast<size_t>(out_y) * W;
+      for (int i = 0; i < W; ++i) {
+        const float* p0 = v + x0_[static_cast<size_t>(i)];
+        const float* p1 = v + x1_[static_cast<size_t>(i)];
+        float w = wx_[static_cast<size_t>(i)];
+        for (int c = 0; c < C; ++c) planes[c][i] = (p0[c] + (p1[c] - p0[c]) * w) * scale[c] + bias[c];
+      }
       continue;
     }
-    float* r = image_.data() + static_cast<size_t>(out_y) * W * C;
+    float* r = color ? image_.data() + static_cast<size_t>(out_y) * W * C : row_.data();
+    const float k = color ? 1.0f / 255.0f : 1.0f;
+    for (int i = 0; i < W; ++i) {
+      const float* p0 = v + x0_[static_cast<size_t>(i)];
+      const float* p1 = v + x1_[static_cast<size_t>(i)];
+      float w = wx_[static_cast<size_t>(i)];
+      for (int c = 0; c < C; ++c) r[i * C + c] = (p0[c] + (p1[c] - p0[c]) * w) * k;
+    }
+    if (!color) {
+      write_row<C>(r, out_y, 255.0f, o, dst);
+      continue;
+    }
     kernels::Brightness bright{d.brightness};
-    for (int i = 0; i < W * C; ++i) r[i] = bright((a[i] + (b[i] - a[i]) * wy) * (1.0f / 255.0f));
+    for (int i = 0; i < W * C; ++i) r[i] = bright(r[i]);
     if (C == 3 && d.order == 0)
       for (int i = 0; i < W; ++i) sat_hue(&r[3 * i], &r[3 * i + 1], &r[3 * i + 2]);
     for (int i = 0; i < W; ++i)

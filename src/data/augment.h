@@ -73,7 +73,7 @@ class Renderer {
                 float crop_h, const Draws& d, const AugmentOptions& o, void* dst);
   std::vector<int> x0_, x1_;
   std::vector<float> wx_;
-  std::vector<float> row_a_, row_b_, row_;
+  std::vector<float> row_a_, row_;
   std::vector<float> image_;
 };
 

@@ -39,7 +39,9 @@ void on_emit_message(j_common_ptr cinfo, int level) {
 }  // namespace
 
 int choose_scale(int crop_w, int crop_h, int out_w, int out_h) {
-  for (int n = 1; n < 8; ++n) {
+  // Only 1/8, 2/8 and 4/8: libjpeg-turbo has SIMD IDCTs for these (and 8/8); the
+  // other scales run its plain C N-by-N IDCTs, slower than decoding at full size.
+  for (int n = 1; n < 8; n *= 2) {
     long sw = (static_cast<long>(crop_w) * n + 7) / 8, sh = (static_cast<long>(crop_h) * n + 7) / 8;
     if (sw >= out_w && sh >= out_h) return n;
   }

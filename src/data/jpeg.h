@@ -1,5 +1,5 @@
 // JPEG decoding with libjpeg-turbo's libjpeg API: header probe, and decoding of only
-// the window a crop needs, at the smallest DCT scale (1/8 .. 8/8) that still covers
+// the window a crop needs, at the smallest DCT scale (1/8, 1/4, 1/2, 1) that still covers
 // the output size. Handles grayscale, RGB/YCbCr, CMYK/YCCK (Adobe inverted) and
 // progressive files. libjpeg errors longjmp back here and become kJpeg Errors.
 #pragma once
@@ -54,7 +54,7 @@ class JpegDecoder {
   std::unique_ptr<Impl> impl_;
 };
 
-// Smallest scale_num in 1..8 such that ceil(size * n / 8) covers out for both axes.
+// Smallest scale_num in {1, 2, 4, 8} such that ceil(size * n / 8) covers out for both axes.
 int choose_scale(int crop_w, int crop_h, int out_w, int out_h);
 
 }  // namespace cohort::data
