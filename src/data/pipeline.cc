@@ -114,6 +114,7 @@ struct Pipeline::Slot {
   std::vector<int32_t> labels;
   std::vector<uint8_t> mask;
   std::vector<int64_t> indices;
+  Tensor images_view, labels_view, mask_view;  // made once: next() allocates nothing
   int64_t g = -1;
   std::atomic<int64_t> remaining{0};
   bool ready = false;
@@ -161,6 +162,11 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
     slot->images = allocate_host(sample_bytes_ * B, true);
     slot->labels.assign(B, 0);
     slot->mask.assign(B, 0);
+    const int64_t n = o_.batch_size;
+    Shape shape = a.nhwc ? Shape{n, a.out_h, a.out_w, channels_} : Shape{n, channels_, a.out_h, a.out_w};
+    slot->images_view = Tensor::wrap(slot->images->data(), shape, a.dtype);
+    slot->labels_view = Tensor::wrap(slot->labels.data(), {n}, DType::kI32);
+    slot->mask_view = Tensor::wrap(slot->mask.data(), {n}, DType::kU8);
     slots_.push_back(std::move(slot));
   }
   if (synthetic_) {
@@ -402,10 +408,10 @@ const BatchView& Pipeline::next() {
   const int64_t steps = sampler_.steps_per_epoch();
   const int64_t nslots = static_cast<int64_t>(slots_.size());
   int64_t t0 = now_ns();
-  if (first_ns_ == 0) first_ns_ = t0;
   Slot* slot = nullptr;
   int64_t g = 0;
   if (synthetic_) {
+    std::lock_guard<std::mutex> lock(mu_);
     g = consumer_g_++;
     slot = slots_[static_cast<size_t>(g % nslots)].get();
     ready_sum_ += nslots - 1;
@@ -433,20 +439,24 @@ const BatchView& Pipeline::next() {
     holding_ = true;
     if (slot->had_errors) compact(*slot);
   }
+  std::lock_guard<std::mutex> lock(mu_);  // stats() may read these from another thread
   int64_t t1 = now_ns();
-  wait_ns_ += t1 - t0;
+  // The first batch waits for the pipeline to fill: start-up, not steady state.
+  if (batches_ == 0) {
+    first_ns_ = t1;
+  } else {
+    wait_ns_ += t1 - t0;
+  }
   last_ns_ = t1;
   ++batches_;
 
-  const int64_t B = o_.batch_size;
-  const auto& a = o_.augment;
-  Shape shape = a.nhwc ? Shape{B, a.out_h, a.out_w, channels_} : Shape{B, channels_, a.out_h, a.out_w};
-  view_.images = Tensor::wrap(slot->images->data(), shape, a.dtype);
-  view_.labels = Tensor::wrap(slot->labels.data(), {B}, DType::kI32);
-  view_.valid_mask = Tensor::wrap(slot->mask.data(), {B}, DType::kU8);
+  view_.images = slot->images_view;
+  view_.labels = slot->labels_view;
+  view_.valid_mask = slot->mask_view;
   int64_t valid = 0;
   for (uint8_t m : slot->mask) valid += m;
   view_.valid = valid;
+  if (batches_ == 1) first_batch_valid_ = valid;
   delivered_ += valid;
   view_.epoch = g / steps;
   view_.step = g % steps;
@@ -465,7 +475,7 @@ PipelineStats Pipeline::stats() const {
   s.decode_busy_s = static_cast<double>(decode_ns_.load()) * 1e-9;
   s.wait_s = static_cast<double>(wait_ns_) * 1e-9;
   s.elapsed_s = first_ns_ ? static_cast<double>(last_ns_ - first_ns_) * 1e-9 : 0.0;
-  s.images_per_sec = s.elapsed_s > 0 ? static_cast<double>(s.images) / s.elapsed_s : 0.0;
+  s.images_per_sec = s.elapsed_s > 0 ? static_cast<double>(s.images - first_batch_valid_) / s.elapsed_s : 0.0;
   s.wait_fraction = s.elapsed_s > 0 ? std::min(1.0, s.wait_s / s.elapsed_s) : 0.0;
   s.mean_ready_batches = batches_ ? static_cast<double>(ready_sum_) / static_cast<double>(batches_) : 0.0;
   s.mean_decode_queue = batches_ ? static_cast<double>(queue_sum_) / static_cast<double>(batches_) : 0.0;

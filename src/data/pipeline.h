@@ -62,7 +62,9 @@ struct BatchView {
 struct PipelineStats {
   int64_t batches = 0, images = 0, decoded = 0, errors = 0, padded = 0;  // images: valid ones delivered
   double read_busy_s = 0, decode_busy_s = 0;  // summed over the stage's threads
-  double wait_s = 0, elapsed_s = 0;           // the consumer's wait in next(), and time since the first next()
+  // The consumer's wait in next() and the time it covers, both from the end of the
+  // first next() (filling the pipeline is start-up, not steady state).
+  double wait_s = 0, elapsed_s = 0;
   double images_per_sec = 0, wait_fraction = 0;
   double mean_ready_batches = 0;              // prefetched batches ready when next() was called
   double mean_decode_queue = 0;               // samples waiting for a decoder at those times
@@ -126,7 +128,7 @@ class Pipeline {
   Code fatal_code_ = Code::kOk;
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, images_{0}, errors_{0}, padded_{0};
-  int64_t batches_ = 0, delivered_ = 0, wait_ns_ = 0, ready_sum_ = 0, queue_sum_ = 0;
+  int64_t batches_ = 0, delivered_ = 0, first_batch_valid_ = 0, wait_ns_ = 0, ready_sum_ = 0, queue_sum_ = 0;
   int64_t first_ns_ = 0, last_ns_ = 0;
   BatchView view_;
   std::vector<std::thread> threads_;

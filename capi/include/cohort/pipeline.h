@@ -82,9 +82,9 @@ typedef struct cohort_pipeline_stats_t {
   int64_t padded;            /**< Padding samples produced. */
   double read_busy_s;        /**< Seconds the readers spent reading, summed over reader threads. */
   double decode_busy_s;      /**< Seconds spent decoding and augmenting, summed over decode threads. */
-  double wait_s;             /**< Seconds the caller waited inside cohort_pipeline_next(). */
-  double elapsed_s;          /**< Seconds from the first to the last cohort_pipeline_next(). */
-  double images_per_sec;     /**< images / elapsed_s. */
+  double wait_s;             /**< Seconds the caller waited inside cohort_pipeline_next(), after the first call (start-up). */
+  double elapsed_s;          /**< Seconds from the end of the first to the end of the last cohort_pipeline_next(). */
+  double images_per_sec;     /**< Valid images delivered after the first batch / elapsed_s. */
   double wait_fraction;      /**< wait_s / elapsed_s: above ~0.05 the step is input-bound. */
   double mean_ready_batches; /**< Batches already prepared when the caller asked (queue occupancy). */
   double mean_decode_queue;  /**< Samples waiting for a decode thread at those times. */
