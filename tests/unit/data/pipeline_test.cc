@@ -2,7 +2,9 @@
 // thread count, resume, bad-input policies, synthetic data and real MNIST files.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
+#include <thread>
 #include <set>
 
 #include "core/config.h"
@@ -245,6 +247,32 @@ TEST(Pipeline, ReadsFashionMnistWhenInstalled) {
   for (int64_t i = 0; i < b.images.numel(); ++i) mx = std::max(mx, b.images.data_as<float>()[i]);
   EXPECT_LE(mx, 1.0f);
   EXPECT_GT(mx, 0.5f);
+}
+
+}  // namespace
+}  // namespace cohort::data
+
+namespace cohort::data {
+namespace {
+
+TEST(PipelineStats, AConsumerThatNeverWorksIsInputBoundAndStatsAreSafeToReadConcurrently) {
+  testing::TempDir dir;
+  make_shards(dir, 16, 1);
+  auto o = options({{"data_dir", dir.path.c_str()}, {"decode_threads", "1"}, {"image_size", "64"},
+                    {"augment", "standard"}, {"image_dtype", "f16"}});
+  Pipeline p(o, open_source(o.source));
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) (void)p.stats();
+  });
+  for (int i = 0; i < 12; ++i) p.next();
+  done = true;
+  watcher.join();
+  auto s = p.stats();
+  EXPECT_EQ(s.batches, 12);
+  EXPECT_GT(s.decode_busy_s, 0);
+  EXPECT_GT(s.wait_fraction, 0.05);
+  EXPECT_EQ(s.verdict.rfind("input-bound", 0), 0u) << s.verdict;
 }
 
 }  // namespace
