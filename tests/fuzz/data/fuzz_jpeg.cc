@@ -1,5 +1,6 @@
 // The JPEG path: header, window decode at a scale chosen from the input, and the
-// resampler writing a sample, from arbitrary bytes.
+// resampler writing a sample, from arbitrary bytes. Input: one knob byte (crop draw,
+// colour on/off), then the JPEG (the seeds in seeds/jpeg have that layout).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
