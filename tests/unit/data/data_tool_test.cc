@@ -3,8 +3,11 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "data/file.h"
+#include "core/config.h"
+#include "data/pipeline.h"
 #include "data/source.h"
 #include "data_test_util.h"
 
@@ -51,6 +54,21 @@ TEST(DataTool, PacksInspectsAndVerifies) {
   o.path = out;
   auto src = open_source(o);
   EXPECT_EQ(src->size(), 9);
+  {
+    // The packed shards feed the pipeline: every image once, labels from the folders.
+    Config c;
+    c.set("data_dir", out);
+    c.set("batch_size", "4");
+    c.set("image_size", "24");
+    auto po = pipeline_options(c, 0, 1, 2);
+    Pipeline p(po, src);
+    std::multiset<int32_t> labels;
+    for (int64_t s = 0; s < p.steps_per_epoch(); ++s) {
+      const BatchView& b = p.next();
+      for (int64_t i = 0; i < b.valid; ++i) labels.insert(b.labels.data_as<int32_t>()[i]);
+    }
+    EXPECT_EQ(labels, (std::multiset<int32_t>{0, 0, 0, 1, 1, 1, 2, 2, 2}));
+  }
 
   ToolRun inspect = run("inspect " + out + " --limit 3");
   ASSERT_EQ(inspect.status, 0) << inspect.output;

@@ -46,10 +46,12 @@ TEST(Jpeg, FullDecodeMatchesTheReferenceForEverySampling) {
 }
 
 TEST(Jpeg, CropWindowHoldsTheSamePixelsAsTheFullDecode) {
-  for (bool progressive : {false, true}) {
+  for (int variant = 0; variant < 6; ++variant) {
+    bool progressive = variant % 2;
     JpegFlavour f;
     f.progressive = progressive;
-    f.h_samp = f.v_samp = 1;  // 4:4:4: no upsampling differences at window edges
+    f.h_samp = variant < 2 ? 1 : 2;  // 4:4:4, 4:2:2, 4:2:0
+    f.v_samp = variant < 4 ? 1 : 2;
     auto jpeg = testing::rgb_jpeg(200, 150, 3, f);
     int w, h;
     auto ref = testing::reference_decode(jpeg, &w, &h);
