@@ -37,9 +37,7 @@ data::PipelineOptions options_for(const cohort_runtime_t* rt, const cohort_confi
   return data::pipeline_options(cfg, rank, size, budget);
 }
 
-void start(cohort_pipeline_t& p) {
-  p.pipeline = std::make_unique<data::Pipeline>(p.options, p.source);
-}
+void start(cohort_pipeline_t& p) { p.pipeline = std::make_unique<data::Pipeline>(p.options, p.source); }
 
 DLTensor view(const Tensor& t, int64_t* shape) {
   DLTensor d = t.dlpack_view();

@@ -21,11 +21,12 @@ static void print_line(const char* line, void* user) {
 
 static int usage(const char* why) {
   if (why) fprintf(stderr, "cohort-data: %s\n\n", why);
-  fprintf(stderr,
-          "usage: cohort-data pack IMAGE_DIR OUT_DIR [--shards N]   pack class sub-folders into TFRecord shards + .idx\n"
-          "       cohort-data inspect PATH [--limit N]              records, classes and image sizes of a dataset\n"
-          "       cohort-data verify PATH                           check every CRC and decode every image\n"
-          "Options of the data group (cohort-options data) are accepted as --key=value.\n");
+  fprintf(
+      stderr,
+      "usage: cohort-data pack IMAGE_DIR OUT_DIR [--shards N]   pack class sub-folders into TFRecord shards + .idx\n"
+      "       cohort-data inspect PATH [--limit N]              records, classes and image sizes of a dataset\n"
+      "       cohort-data verify PATH                           check every CRC and decode every image\n"
+      "Options of the data group (cohort-options data) are accepted as --key=value.\n");
   return 2;
 }
 
@@ -75,7 +76,8 @@ int main(int argc, char** argv) {
     status = usage(NULL) - 2;
   } else if (nrest == 4 && strcmp(rest[1], "pack") == 0) {
     int64_t written = 0;
-    if (cohort_data_pack(cfg, rest[2], rest[3], (int)shards, print_line, NULL, &written) != COHORT_OK) status = fail("pack");
+    if (cohort_data_pack(cfg, rest[2], rest[3], (int)shards, print_line, NULL, &written) != COHORT_OK)
+      status = fail("pack");
   } else if (nrest == 3 && strcmp(rest[1], "inspect") == 0) {
     if (cohort_data_inspect(cfg, rest[2], limit, print_line, NULL) != COHORT_OK) status = fail("inspect");
   } else if (nrest == 3 && strcmp(rest[1], "verify") == 0) {

@@ -108,7 +108,8 @@ Draws draw_sample(int width, int height, const std::vector<BBox>& boxes, const A
 }
 
 size_t sample_bytes(const AugmentOptions& o, int channels) {
-  return static_cast<size_t>(o.out_h) * static_cast<size_t>(o.out_w) * static_cast<size_t>(channels) * dtype_size(o.dtype);
+  return static_cast<size_t>(o.out_h) * static_cast<size_t>(o.out_w) * static_cast<size_t>(channels) *
+         dtype_size(o.dtype);
 }
 
 void zero_sample(const AugmentOptions& o, int channels, void* dst) { std::memset(dst, 0, sample_bytes(o, channels)); }
@@ -215,7 +216,8 @@ void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride,
     float wy = fy - static_cast<float>(y0);
     const uint8_t* a = src + stride * static_cast<size_t>(y0) + static_cast<size_t>(lo) * C;
     const uint8_t* b = src + stride * static_cast<size_t>(y1) + static_cast<size_t>(lo) * C;
-    for (int i = 0; i < span; ++i) v[i] = static_cast<float>(a[i]) + (static_cast<float>(b[i]) - static_cast<float>(a[i])) * wy;
+    for (int i = 0; i < span; ++i)
+      v[i] = static_cast<float>(a[i]) + (static_cast<float>(b[i]) - static_cast<float>(a[i])) * wy;
     int out_y = d.flip_ud ? H - 1 - oy : oy;
     if (fast_f32) {
       float* planes[C];

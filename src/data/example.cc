@@ -10,7 +10,8 @@ namespace {
 // Bounds-checked protobuf wire reader; every error names the origin.
 class Wire {
  public:
-  Wire(std::span<const uint8_t> bytes, const std::string& origin) : p_(bytes.data()), end_(p_ + bytes.size()), origin_(origin) {}
+  Wire(std::span<const uint8_t> bytes, const std::string& origin)
+      : p_(bytes.data()), end_(p_ + bytes.size()), origin_(origin) {}
   bool done() const { return p_ == end_; }
 
   uint64_t varint() {
@@ -39,14 +40,21 @@ class Wire {
   }
   void skip(uint32_t wire_type) {
     switch (wire_type) {
-      case 0: varint(); break;
+      case 0:
+        varint();
+        break;
       case 1:
         if (end_ - p_ < 8) bad("truncated fixed64");
         p_ += 8;
         break;
-      case 2: bytes(); break;
-      case 5: fixed32(); break;
-      default: bad(cat("unknown wire type ", wire_type));
+      case 2:
+        bytes();
+        break;
+      case 5:
+        fixed32();
+        break;
+      default:
+        bad(cat("unknown wire type ", wire_type));
     }
   }
   // Reads a field key; returns false at the end.

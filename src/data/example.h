@@ -19,9 +19,9 @@ struct BBox {
 struct ImageExample {
   std::span<const uint8_t> image;  // image/encoded
   bool has_label = false;
-  int64_t label = 0;               // image/class/label
-  int64_t height = 0, width = 0;   // image/height, image/width when present
-  std::vector<BBox> boxes;         // image/object/bbox/*
+  int64_t label = 0;              // image/class/label
+  int64_t height = 0, width = 0;  // image/height, image/width when present
+  std::vector<BBox> boxes;        // image/object/bbox/*
 };
 
 // Parses the Example; throws kCorruptData (prefixed with origin) when the bytes are not

@@ -32,8 +32,8 @@ File::~File() {
 
 void File::read_at(uint64_t offset, void* out, size_t n) const {
   if (offset > size_ || n > size_ - offset)
-    fail(Code::kCorruptData, "'", path_, "': read of ", n, " bytes at offset ", offset, " goes past the end (",
-         size_, " bytes)");
+    fail(Code::kCorruptData, "'", path_, "': read of ", n, " bytes at offset ", offset, " goes past the end (", size_,
+         " bytes)");
   auto* p = static_cast<char*>(out);
   while (n > 0) {
     ssize_t got = ::pread(fd_, p, n, static_cast<off_t>(offset));
@@ -48,7 +48,8 @@ void File::read_at(uint64_t offset, void* out, size_t n) const {
 
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
   File f(path);
-  if (f.size() > max_bytes) fail(Code::kCorruptData, "'", path, "' is ", f.size(), " bytes, more than the limit ", max_bytes);
+  if (f.size() > max_bytes)
+    fail(Code::kCorruptData, "'", path, "' is ", f.size(), " bytes, more than the limit ", max_bytes);
   std::vector<uint8_t> out(f.size());
   if (!out.empty()) f.read_at(0, out.data(), out.size());
   return out;

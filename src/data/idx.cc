@@ -24,7 +24,8 @@ Header parse_header(std::span<const uint8_t> bytes, const std::string& origin) {
   if (bytes[0] != 0 || bytes[1] != 0)
     fail(Code::kCorruptData, origin, ": not an IDX file (magic must start with two zero bytes)");
   if (bytes[2] != 0x08)
-    fail(Code::kCorruptData, origin, ": IDX element type 0x", std::hex, int(bytes[2]), " is not supported (only unsigned byte, 0x08)");
+    fail(Code::kCorruptData, origin, ": IDX element type 0x", std::hex, int(bytes[2]),
+         " is not supported (only unsigned byte, 0x08)");
   int ndim = bytes[3];
   if (ndim < 1 || ndim > 4) fail(Code::kCorruptData, origin, ": IDX rank ", ndim, " is not in [1, 4]");
   Header h;
@@ -35,7 +36,8 @@ Header parse_header(std::span<const uint8_t> bytes, const std::string& origin) {
     const uint8_t* p = bytes.data() + 4 + 4 * i;
     uint64_t d = uint64_t(p[0]) << 24 | uint64_t(p[1]) << 16 | uint64_t(p[2]) << 8 | p[3];
     h.dims.push_back(static_cast<int64_t>(d));
-    if (__builtin_mul_overflow(total, d, &total) || total > (uint64_t(1) << 40)) fail(Code::kCorruptData, origin, ": IDX header declares an absurd size");
+    if (__builtin_mul_overflow(total, d, &total) || total > (uint64_t(1) << 40))
+      fail(Code::kCorruptData, origin, ": IDX header declares an absurd size");
   }
   h.payload = total;
   return h;

@@ -138,10 +138,12 @@ JpegHeader JpegDecoder::read_header(std::span<const uint8_t> jpeg) {
 
 JpegHeader JpegDecoder::header_in_progress(std::span<const uint8_t> jpeg) {
   if (jpeg.size() < 4 || jpeg[0] != 0xFF || jpeg[1] != 0xD8)
-    fail(Code::kJpeg, "not a JPEG file (", jpeg.size() < 2 ? "too short" : cat("starts with 0x", std::hex, int(jpeg[0]), " 0x", int(jpeg[1])), ")");
+    fail(Code::kJpeg, "not a JPEG file (",
+         jpeg.size() < 2 ? "too short" : cat("starts with 0x", std::hex, int(jpeg[0]), " 0x", int(jpeg[1])), ")");
   JpegHeader h;
   if (impl_->read_header(jpeg, &h) != 0) fail(Code::kJpeg, "bad JPEG: ", impl_->err.message);
-  if (h.width <= 0 || h.height <= 0 || static_cast<uint64_t>(h.width) * static_cast<uint64_t>(h.height) > impl_->max_pixels) {
+  if (h.width <= 0 || h.height <= 0 ||
+      static_cast<uint64_t>(h.width) * static_cast<uint64_t>(h.height) > impl_->max_pixels) {
     jpeg_abort_decompress(&impl_->cinfo);
     fail(Code::kCorruptData, "JPEG declares ", h.width, "x", h.height, " pixels, more than max_image_pixels (",
          impl_->max_pixels, ")");
@@ -153,7 +155,8 @@ JpegHeader JpegDecoder::header_in_progress(std::span<const uint8_t> jpeg) {
   return h;
 }
 
-DecodedWindow JpegDecoder::decode_window(std::span<const uint8_t> jpeg, int x, int y, int w, int h, int out_w, int out_h) {
+DecodedWindow JpegDecoder::decode_window(std::span<const uint8_t> jpeg, int x, int y, int w, int h, int out_w,
+                                         int out_h) {
   JpegHeader hdr = header_in_progress(jpeg);
   int n = choose_scale(w, h, out_w, out_h);
   // Decoded pixel i at scale n/8 covers full-size [8i/n, 8(i+1)/n).
@@ -174,7 +177,8 @@ DecodedWindow JpegDecoder::decode_window(std::span<const uint8_t> jpeg, int x, i
     // Convert CMYK rows to RGB in place (4 → 3 bytes per pixel, front to back is safe).
     uint8_t* p = impl_->buffer.data();
     size_t count = static_cast<size_t>(width) * static_cast<size_t>(rows);
-    for (size_t i = 0; i < count; ++i) kernels::cmyk_to_rgb(p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3], inverted, p + 3 * i);
+    for (size_t i = 0; i < count; ++i)
+      kernels::cmyk_to_rgb(p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3], inverted, p + 3 * i);
   }
   out.pixels = impl_->buffer.data();
   out.width = width;

@@ -26,7 +26,7 @@ struct DecodedWindow {
   int width = 0, height = 0;  // of the decoded buffer
   size_t stride = 0;          // bytes per row
   float crop_x = 0, crop_y = 0, crop_w = 0, crop_h = 0;
-  int scale_num = 8;          // decoded at scale_num / 8
+  int scale_num = 8;  // decoded at scale_num / 8
 };
 
 // One decoder per thread; reuses its libjpeg object and buffers between images.

@@ -15,7 +15,8 @@ namespace cohort::data {
 namespace {
 
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 std::vector<float> parse_floats(const std::string& key, const std::string& text) {
@@ -128,7 +129,8 @@ struct Pipeline::Work {
 };
 
 Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> source)
-    : o_(options), source_(std::move(source)),
+    : o_(options),
+      source_(std::move(source)),
       sampler_(ShardOptions{source_->size(), options.rank, options.size, options.batch_size, options.augment.seed,
                             options.shuffle, options.drop_remainder}) {
   require(o_.decode_threads >= 1 && o_.reader_threads >= 1, "reader_threads and decode_threads must be at least 1");
@@ -179,7 +181,8 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
         for (size_t k = 0; k < sample_bytes_ * B / 4; ++k)
           f[k] = kernels::uniform01(kernels::philox4x32(k, i, a.seed).v[0]) * 2.0f - 1.0f;
       } else {
-        for (size_t k = 0; k < sample_bytes_ * B; ++k) bytes[k] = static_cast<uint8_t>(kernels::philox4x32(k, i, a.seed).v[0]);
+        for (size_t k = 0; k < sample_bytes_ * B; ++k)
+          bytes[k] = static_cast<uint8_t>(kernels::philox4x32(k, i, a.seed).v[0]);
         if (a.dtype == DType::kF16)
           for (size_t k = 1; k < sample_bytes_ * B; k += 2) bytes[k] &= 0x3b;  // finite halves in (-1, 1)
       }
@@ -343,8 +346,8 @@ void Pipeline::process(Work& w, JpegDecoder& decoder, Renderer& renderer) {
   } else {
     JpegHeader h = decoder.read_header(s.encoded);
     Draws d = draw_sample(h.width, h.height, s.boxes, o_.augment, epoch, s.index, static_cast<int>(w.pos));
-    DecodedWindow win = decoder.decode_window(s.encoded, d.crop.x, d.crop.y, d.crop.w, d.crop.h, o_.augment.out_w,
-                                              o_.augment.out_h);
+    DecodedWindow win =
+        decoder.decode_window(s.encoded, d.crop.x, d.crop.y, d.crop.w, d.crop.h, o_.augment.out_w, o_.augment.out_h);
     renderer.render(win.pixels, win.width, win.height, win.stride, 3, win.crop_x, win.crop_y, win.crop_w, win.crop_h, d,
                     o_.augment, dst);
   }
@@ -360,8 +363,8 @@ void Pipeline::finish_sample(Slot& slot, bool ok, const Error* error, int64_t in
     if (o_.on_error == OnError::kSkip && skippable) {
       int64_t n = ++errors_;
       if (n <= o_.error_log_limit)
-        COHORT_LOG_WARN("skipping a bad sample (", n, n == o_.error_log_limit ? ", the last one logged" : "", "): ",
-                        error->what());
+        COHORT_LOG_WARN("skipping a bad sample (", n, n == o_.error_log_limit ? ", the last one logged" : "",
+                        "): ", error->what());
     } else {
       fatal = true;
     }

@@ -40,7 +40,7 @@ struct PipelineOptions {
   OnError on_error = OnError::kSkip;
   int error_log_limit = 5;
   int64_t start_epoch = 0, start_step = 0;
-  int image_size = 0;        // 0: 224 for JPEG sources, the native size for raw ones
+  int image_size = 0;  // 0: 224 for JPEG sources, the native size for raw ones
   std::string preset = "standard";
   bool explicit_mean = false, explicit_std = false;
 };
@@ -52,22 +52,22 @@ PipelineOptions pipeline_options(const Config& config, int rank, int size, int t
 // One batch as the consumer sees it. Views stay valid until the next next() or the
 // pipeline's destruction.
 struct BatchView {
-  Tensor images;        // [N, C, H, W] or [N, H, W, C]
-  Tensor labels;        // int32 [N]
-  Tensor valid_mask;    // u8 [N]: 1 = a real sample; the valid ones come first
-  int64_t valid = 0;    // samples that are real (padding and skipped ones excluded)
+  Tensor images;      // [N, C, H, W] or [N, H, W, C]
+  Tensor labels;      // int32 [N]
+  Tensor valid_mask;  // u8 [N]: 1 = a real sample; the valid ones come first
+  int64_t valid = 0;  // samples that are real (padding and skipped ones excluded)
   int64_t epoch = 0, step = 0;
 };
 
 struct PipelineStats {
   int64_t batches = 0, images = 0, decoded = 0, errors = 0, padded = 0;  // images: valid ones delivered
-  double read_busy_s = 0, decode_busy_s = 0;  // summed over the stage's threads
+  double read_busy_s = 0, decode_busy_s = 0;                             // summed over the stage's threads
   // The consumer's wait in next() and the time it covers, both from the end of the
   // first next() (filling the pipeline is start-up, not steady state).
   double wait_s = 0, elapsed_s = 0;
   double images_per_sec = 0, wait_fraction = 0;
-  double mean_ready_batches = 0;              // prefetched batches ready when next() was called
-  double mean_decode_queue = 0;               // samples waiting for a decoder at those times
+  double mean_ready_batches = 0;  // prefetched batches ready when next() was called
+  double mean_decode_queue = 0;   // samples waiting for a decoder at those times
   int reader_threads = 0, decode_threads = 0, prefetch_depth = 0;
   std::string verdict;
 };
@@ -113,9 +113,9 @@ class Pipeline {
   std::vector<std::unique_ptr<Work>> works_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_space_;   // readers: a slot or a work item became free
-  std::condition_variable cv_work_;    // decoders: work queued
-  std::condition_variable cv_ready_;   // consumer: a batch completed
+  std::condition_variable cv_space_;  // readers: a slot or a work item became free
+  std::condition_variable cv_work_;   // decoders: work queued
+  std::condition_variable cv_ready_;  // consumer: a batch completed
   bool stop_ = false;
   int64_t sched_g_ = 0, sched_pos_ = 0;  // next (global step, position) to read
   int64_t released_g_ = 0;               // slots before this global step are free

@@ -26,14 +26,13 @@ class TFRecordSource : public Source {
       std::string index_path = path + ".idx";
       if (is_regular_file(index_path)) {
         auto text = read_file(index_path, uint64_t(1) << 32);
-        shard.extents = parse_index({reinterpret_cast<const char*>(text.data()), text.size()}, index_path,
-                                    shard.file->size());
+        shard.extents =
+            parse_index({reinterpret_cast<const char*>(text.data()), text.size()}, index_path, shard.file->size());
       } else {
         std::string problem;
         shard.extents = scan_tfrecord(*shard.file, o.crc_check, &problem);
         if (!problem.empty()) {
-          if (o.on_error == OnError::kFail)
-            fail(Code::kCorruptData, "'", path, "': ", problem, " (on_error=fail)");
+          if (o.on_error == OnError::kFail) fail(Code::kCorruptData, "'", path, "': ", problem, " (on_error=fail)");
           COHORT_LOG_WARN("'", path, "': ", problem, "; using the ", shard.extents.size(), " records before it");
           problems_.push_back(cat("'", path, "': ", problem));
         } else if (o.write_index) {
@@ -55,7 +54,9 @@ class TFRecordSource : public Source {
   int64_t size() const override { return total_; }
   std::string kind() const override { return "tfrecord"; }
   std::vector<std::string> problems() const override { return problems_; }
-  std::string describe() const override { return cat(total_, " records in ", shards_.size(), " TFRecord shards at '", options_.path, "'"); }
+  std::string describe() const override {
+    return cat(total_, " records in ", shards_.size(), " TFRecord shards at '", options_.path, "'");
+  }
 
   std::string origin(int64_t index) const override {
     auto [s, r] = locate(index);
@@ -151,7 +152,13 @@ class RawSource : public Source {
  public:
   RawSource(std::string kind, std::string where, int64_t n, int h, int w, int c, const uint8_t* pixels,
             std::vector<int64_t> labels, const SourceOptions& o)
-      : kind_(std::move(kind)), where_(std::move(where)), n_(n), h_(h), w_(w), c_(c), pixels_(pixels),
+      : kind_(std::move(kind)),
+        where_(std::move(where)),
+        n_(n),
+        h_(h),
+        w_(w),
+        c_(c),
+        pixels_(pixels),
         labels_(std::move(labels)) {
     if (n_ == 0) fail(Code::kInvalidArgument, where_, ": the dataset is empty");
     int64_t max_label = 0;
@@ -252,7 +259,8 @@ std::shared_ptr<Source> open_idx(const SourceOptions& o) {
     images = o.path;
     auto pos = images.find("images-idx3");
     if (pos == std::string::npos)
-      fail(Code::kInvalidArgument, "data_dir '", o.path, "': an MNIST path must name the *-images-idx3-ubyte[.gz] file or its folder");
+      fail(Code::kInvalidArgument, "data_dir '", o.path,
+           "': an MNIST path must name the *-images-idx3-ubyte[.gz] file or its folder");
     labels = images;
     labels.replace(pos, 11, "labels-idx1");
     if (!is_regular_file(labels)) fail(Code::kIo, "MNIST labels '", labels, "' not found beside '", images, "'");
@@ -311,7 +319,8 @@ std::shared_ptr<Source> memory_source(const DLTensor& images, const DLTensor& la
   if (images.device.device_type != kDLCPU && images.device.device_type != kDLCUDAHost)
     fail(Code::kInvalidArgument, "images must be in CPU memory");
   if (images.dtype.code != kDLUInt || images.dtype.bits != 8 || images.dtype.lanes != 1)
-    fail(Code::kInvalidArgument, "images must be uint8 (got code ", int(images.dtype.code), " bits ", int(images.dtype.bits), ")");
+    fail(Code::kInvalidArgument, "images must be uint8 (got code ", int(images.dtype.code), " bits ",
+         int(images.dtype.bits), ")");
   if (images.ndim != 3 && images.ndim != 4)
     fail(Code::kInvalidArgument, "images must be [N, H, W] or [N, H, W, C], got ", images.ndim, " dimensions");
   int64_t c = images.ndim == 4 ? images.shape[3] : 1;
@@ -319,7 +328,8 @@ std::shared_ptr<Source> memory_source(const DLTensor& images, const DLTensor& la
   if (images.strides) {
     int64_t expect = 1;
     for (int i = images.ndim - 1; i >= 0; --i) {
-      if (images.shape[i] != 1 && images.strides[i] != expect) fail(Code::kInvalidArgument, "images must be contiguous");
+      if (images.shape[i] != 1 && images.strides[i] != expect)
+        fail(Code::kInvalidArgument, "images must be contiguous");
       expect *= images.shape[i];
     }
   }
@@ -327,7 +337,8 @@ std::shared_ptr<Source> memory_source(const DLTensor& images, const DLTensor& la
     fail(Code::kInvalidArgument, "labels must be [N] with N = ", images.shape[0]);
   if (labels.dtype.code != kDLInt || (labels.dtype.bits != 32 && labels.dtype.bits != 64) || labels.dtype.lanes != 1)
     fail(Code::kInvalidArgument, "labels must be int32 or int64");
-  if (labels.strides && labels.shape[0] > 1 && labels.strides[0] != 1) fail(Code::kInvalidArgument, "labels must be contiguous");
+  if (labels.strides && labels.shape[0] > 1 && labels.strides[0] != 1)
+    fail(Code::kInvalidArgument, "labels must be contiguous");
   if (images.shape[1] <= 0 || images.shape[2] <= 0 || images.shape[1] > 65535 || images.shape[2] > 65535)
     fail(Code::kInvalidArgument, "images have a bad height or width");
   int64_t n = images.shape[0];

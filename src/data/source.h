@@ -21,24 +21,24 @@ enum class OnError { kSkip, kFail };
 struct Sample {
   enum class Kind { kEncoded, kRaw, kPad };
   Kind kind = Kind::kPad;
-  int64_t index = -1;                 // in the source
-  std::vector<uint8_t> storage;       // bytes read from disk
-  std::span<const uint8_t> encoded;   // JPEG bytes (kEncoded)
-  const uint8_t* raw = nullptr;       // u8 HWC pixels (kRaw), owned by the source
+  int64_t index = -1;                // in the source
+  std::vector<uint8_t> storage;      // bytes read from disk
+  std::span<const uint8_t> encoded;  // JPEG bytes (kEncoded)
+  const uint8_t* raw = nullptr;      // u8 HWC pixels (kRaw), owned by the source
   int raw_h = 0, raw_w = 0, raw_c = 0;
   int64_t label = 0;
   std::vector<BBox> boxes;
-  ImageExample example;               // parse scratch
+  ImageExample example;  // parse scratch
 };
 
 struct SourceOptions {
-  std::string path;                   // data_dir
-  std::string kind = "auto";          // auto|tfrecord|folder|idx|synthetic
-  std::string split = "train";        // train|validation
+  std::string path;             // data_dir
+  std::string kind = "auto";    // auto|tfrecord|folder|idx|synthetic
+  std::string split = "train";  // train|validation
   bool crc_check = true;
   bool write_index = true;
   int64_t label_offset = 0;
-  int64_t num_classes = 0;            // > 0: labels must lie in [0, num_classes)
+  int64_t num_classes = 0;  // > 0: labels must lie in [0, num_classes)
   OnError on_error = OnError::kSkip;
   int64_t synthetic_samples = 12800;
   int64_t synthetic_classes = 1000;

@@ -16,7 +16,9 @@ uint64_t load_u64(const uint8_t* p) {
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-uint32_t load_u32(const uint8_t* p) { return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24; }
+uint32_t load_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
 void store_u64(uint8_t* p, uint64_t v) {
   for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
@@ -87,7 +89,8 @@ std::string format_index(const std::vector<RecordExtent>& extents) {
 }
 
 std::span<const uint8_t> parse_record(std::span<const uint8_t> bytes, bool check_crc, const std::string& origin) {
-  if (bytes.size() < kHeader + kFooter) fail(Code::kCorruptData, origin, ": record of ", bytes.size(), " bytes is too short");
+  if (bytes.size() < kHeader + kFooter)
+    fail(Code::kCorruptData, origin, ": record of ", bytes.size(), " bytes is too short");
   const uint8_t* p = bytes.data();
   if (check_crc && masked_crc32c(p, 8) != load_u32(p + 8)) fail(Code::kCorruptData, origin, ": length CRC mismatch");
   uint64_t len = load_u64(p);

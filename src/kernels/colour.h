@@ -42,12 +42,36 @@ COHORT_HD void hsv_to_rgb(float h, float s, float v, float* r, float* g, float* 
   i = ((i % 6) + 6) % 6;
   float p = v * (1 - s), q = v * (1 - s * f), t = v * (1 - s * (1 - f));
   switch (i) {
-    case 0: *r = v; *g = t; *b = p; break;
-    case 1: *r = q; *g = v; *b = p; break;
-    case 2: *r = p; *g = v; *b = t; break;
-    case 3: *r = p; *g = q; *b = v; break;
-    case 4: *r = t; *g = p; *b = v; break;
-    default: *r = v; *g = p; *b = q; break;
+    case 0:
+      *r = v;
+      *g = t;
+      *b = p;
+      break;
+    case 1:
+      *r = q;
+      *g = v;
+      *b = p;
+      break;
+    case 2:
+      *r = p;
+      *g = v;
+      *b = t;
+      break;
+    case 3:
+      *r = p;
+      *g = q;
+      *b = v;
+      break;
+    case 4:
+      *r = t;
+      *g = p;
+      *b = v;
+      break;
+    default:
+      *r = v;
+      *g = p;
+      *b = q;
+      break;
   }
 }
 

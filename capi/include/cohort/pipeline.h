@@ -47,13 +47,13 @@ typedef struct cohort_pipeline_t cohort_pipeline_t;
  * label 0 and must not be counted in metrics.
  */
 typedef struct cohort_batch_t {
-  size_t struct_size;   /**< Set by the caller to sizeof(cohort_batch_t). */
-  DLTensor images;      /**< [N, C, H, W] (NCHW) or [N, H, W, C] (NHWC); f32, f16 or u8. */
-  DLTensor labels;      /**< int32 [N]. */
-  DLTensor valid_mask;  /**< uint8 [N]: 1 for a real sample (the first `valid` ones). */
-  int64_t valid;        /**< Number of real samples, 0..N. */
-  int64_t epoch;        /**< Epoch of this batch, from 0. */
-  int64_t step;         /**< Batch index within the epoch, from 0. */
+  size_t struct_size;  /**< Set by the caller to sizeof(cohort_batch_t). */
+  DLTensor images;     /**< [N, C, H, W] (NCHW) or [N, H, W, C] (NHWC); f32, f16 or u8. */
+  DLTensor labels;     /**< int32 [N]. */
+  DLTensor valid_mask; /**< uint8 [N]: 1 for a real sample (the first `valid` ones). */
+  int64_t valid;       /**< Number of real samples, 0..N. */
+  int64_t epoch;       /**< Epoch of this batch, from 0. */
+  int64_t step;        /**< Batch index within the epoch, from 0. */
 } cohort_batch_t;
 
 /** @brief Geometry and size of a pipeline, filled by cohort_pipeline_info(). */
@@ -74,16 +74,16 @@ typedef struct cohort_pipeline_info_t {
 
 /** @brief Per-stage statistics, filled by cohort_pipeline_stats(). */
 typedef struct cohort_pipeline_stats_t {
-  size_t struct_size;        /**< Set by the caller to sizeof(cohort_pipeline_stats_t). */
-  int64_t batches;           /**< Batches returned by cohort_pipeline_next(). */
-  int64_t images;            /**< Valid samples in those batches. */
-  int64_t decoded;           /**< Samples decoded (includes prefetched ones). */
-  int64_t errors;            /**< Bad samples skipped under `on_error=skip`. */
-  int64_t padded;            /**< Padding samples produced. */
-  double read_busy_s;        /**< Seconds the readers spent reading, summed over reader threads. */
-  double decode_busy_s;      /**< Seconds spent decoding and augmenting, summed over decode threads. */
-  double wait_s;             /**< Seconds the caller waited inside cohort_pipeline_next(), after the first call (start-up). */
-  double elapsed_s;          /**< Seconds from the end of the first to the end of the last cohort_pipeline_next(). */
+  size_t struct_size;   /**< Set by the caller to sizeof(cohort_pipeline_stats_t). */
+  int64_t batches;      /**< Batches returned by cohort_pipeline_next(). */
+  int64_t images;       /**< Valid samples in those batches. */
+  int64_t decoded;      /**< Samples decoded (includes prefetched ones). */
+  int64_t errors;       /**< Bad samples skipped under `on_error=skip`. */
+  int64_t padded;       /**< Padding samples produced. */
+  double read_busy_s;   /**< Seconds the readers spent reading, summed over reader threads. */
+  double decode_busy_s; /**< Seconds spent decoding and augmenting, summed over decode threads. */
+  double wait_s;    /**< Seconds the caller waited inside cohort_pipeline_next(), after the first call (start-up). */
+  double elapsed_s; /**< Seconds from the end of the first to the end of the last cohort_pipeline_next(). */
   double images_per_sec;     /**< Valid images delivered after the first batch / elapsed_s. */
   double wait_fraction;      /**< wait_s / elapsed_s: above ~0.05 the step is input-bound. */
   double mean_ready_batches; /**< Batches already prepared when the caller asked (queue occupancy). */

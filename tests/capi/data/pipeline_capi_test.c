@@ -159,7 +159,7 @@ static void memory_batches_cover_the_epoch_and_resume(void** state) {
   int64_t third_step_first_pixel = -1;
   for (int step = 0; step < 4; ++step) {
     cohort_batch_t b;
-  INIT(b);
+    INIT(b);
     assert_int_equal(cohort_pipeline_next(p, &b), COHORT_OK);
     assert_int_equal(b.step, step);
     assert_int_equal(b.images.ndim, 4);

@@ -23,8 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.color_jitter = knob & 1;
     auto d = cohort::data::draw_sample(h.width, h.height, {}, o, 0, knob, knob);
     auto win = decoder.decode_window(jpeg, d.crop.x, d.crop.y, d.crop.w, d.crop.h, o.out_w, o.out_h);
-    renderer.render(win.pixels, win.width, win.height, win.stride, 3, win.crop_x, win.crop_y, win.crop_w, win.crop_h,
-                    d, o, out.data());
+    renderer.render(win.pixels, win.width, win.height, win.stride, 3, win.crop_x, win.crop_y, win.crop_w, win.crop_h, d,
+                    o, out.data());
   } catch (const cohort::Error&) {
   }
   return 0;

@@ -9,14 +9,14 @@
 
 #define N 101
 
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      fprintf(stderr, "rank %d: ", rank);                  \
-      fprintf(stderr, __VA_ARGS__);                        \
-      fprintf(stderr, " (%s)\n", cohort_last_error());     \
-      failures++;                                          \
-    }                                                      \
+#define CHECK(cond, ...)                               \
+  do {                                                 \
+    if (!(cond)) {                                     \
+      fprintf(stderr, "rank %d: ", rank);              \
+      fprintf(stderr, __VA_ARGS__);                    \
+      fprintf(stderr, " (%s)\n", cohort_last_error()); \
+      failures++;                                      \
+    }                                                  \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -87,7 +87,8 @@ int main(int argc, char** argv) {
       }
     }
     MPI_Allreduce(counts, total, N, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    for (int i = 0; i < N; ++i) CHECK(total[i] == 1, "epoch %d: sample %d seen %d times across ranks", epoch, i, total[i]);
+    for (int i = 0; i < N; ++i)
+      CHECK(total[i] == 1, "epoch %d: sample %d seen %d times across ranks", epoch, i, total[i]);
   }
   cohort_pipeline_destroy(p);
   cohort_config_destroy(cfg);

@@ -96,7 +96,8 @@ Rate pipeline_rate(const std::string& dir, int threads, double seconds) {
 }
 
 Rate peer_rate(const std::string& script, const std::string& dir, double seconds) {
-  std::string cmd = "timeout 120 /usr/bin/python3 " + script + " " + dir + " " + std::to_string(seconds) + " 2>/dev/null";
+  std::string cmd =
+      "timeout 120 /usr/bin/python3 " + script + " " + dir + " " + std::to_string(seconds) + " 2>/dev/null";
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return {};
   char buf[128] = {0};
@@ -143,7 +144,8 @@ int main(int argc, char** argv) {
                                  "cohort decode+RRC(224)+flip+normalise, 1 decode thread",
                                  "cohort decode+RRC(224)+flip+normalise, 2 decode threads",
                                  "torchvision/PIL RRC(224)+flip+ToTensor+Normalize, 1 thread"};
-  std::printf("%zu JPEGs (~500x375 q90) from %s, median of 3 interleaved runs of %.0f s\n", files.size(), dir.c_str(), secs);
+  std::printf("%zu JPEGs (~500x375 q90) from %s, median of 3 interleaved runs of %.0f s\n", files.size(), dir.c_str(),
+              secs);
   std::printf("%-58s %10s %14s\n", "pipeline", "images/s", "images/CPU-s");
   for (int k = 0; k < kColumns; ++k)
     if (w[k] > 0) std::printf("%-58s %10.0f %14.0f\n", names[k], w[k], c[k]);
@@ -169,8 +171,9 @@ int main(int argc, char** argv) {
   }
   auto after = p.stats();
   double wait = (after.wait_s - before.wait_s) / (after.elapsed_s - before.elapsed_s);
-  std::printf("consumer costing %.1f ms/batch, prefetch_depth 2, 1 decode thread: waited %.2f%% of the time (goal < 1%%)\n",
-              batch_s * 1e3, wait * 100);
+  std::printf(
+      "consumer costing %.1f ms/batch, prefetch_depth 2, 1 decode thread: waited %.2f%% of the time (goal < 1%%)\n",
+      batch_s * 1e3, wait * 100);
   std::printf("verdict: %s\n", after.verdict.c_str());
   return 0;
 }

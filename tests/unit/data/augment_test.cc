@@ -112,7 +112,8 @@ std::vector<uint8_t> ramp(int w, int h, int c) {
   std::vector<uint8_t> px(static_cast<size_t>(w) * h * c);
   for (int y = 0; y < h; ++y)
     for (int x = 0; x < w; ++x)
-      for (int k = 0; k < c; ++k) px[(static_cast<size_t>(y) * w + x) * c + k] = static_cast<uint8_t>(x + 10 * y + 100 * k);
+      for (int k = 0; k < c; ++k)
+        px[(static_cast<size_t>(y) * w + x) * c + k] = static_cast<uint8_t>(x + 10 * y + 100 * k);
   return px;
 }
 
@@ -216,7 +217,8 @@ TEST(Render, ColourJitterMatchesTheFormulasPerPixel) {
     std::vector<float> img(src.size());
     for (size_t i = 0; i < src.size(); ++i) img[i] = src[i] / 255.0f + d.brightness;
     auto sat_hue = [&] {
-      for (int p = 0; p < W * H; ++p) kernels::SaturationHue{d.saturation, d.hue}(&img[3 * p], &img[3 * p + 1], &img[3 * p + 2]);
+      for (int p = 0; p < W * H; ++p)
+        kernels::SaturationHue{d.saturation, d.hue}(&img[3 * p], &img[3 * p + 1], &img[3 * p + 2]);
     };
     auto contrast = [&] {
       for (int c = 0; c < 3; ++c) {

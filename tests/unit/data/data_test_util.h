@@ -75,7 +75,8 @@ inline std::vector<uint8_t> encode_jpeg(const uint8_t* pixels, int w, int h, con
   std::vector<JSAMPROW> rows(static_cast<size_t>(h));
   for (int y = 0; y < h; ++y)
     rows[static_cast<size_t>(y)] = const_cast<uint8_t*>(pixels) + static_cast<size_t>(y) * w * f.components;
-  while (c.next_scanline < c.image_height) jpeg_write_scanlines(&c, &rows[c.next_scanline], c.image_height - c.next_scanline);
+  while (c.next_scanline < c.image_height)
+    jpeg_write_scanlines(&c, &rows[c.next_scanline], c.image_height - c.next_scanline);
   jpeg_finish_compress(&c);
   std::vector<uint8_t> bytes(out, out + size);
   jpeg_destroy_compress(&c);

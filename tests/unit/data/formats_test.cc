@@ -16,7 +16,9 @@ namespace {
 
 using testing::TempDir;
 
-std::span<const uint8_t> bytes_of(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
+std::span<const uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
 
 TEST(Crc32c, MatchesTheCastagnoliCheckValue) {
   EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u);

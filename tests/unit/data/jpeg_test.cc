@@ -40,7 +40,8 @@ TEST(Jpeg, FullDecodeMatchesTheReferenceForEverySampling) {
       auto win = dec.decode_full(jpeg);
       ASSERT_EQ(win.width, w);
       ASSERT_EQ(win.height, h);
-      EXPECT_EQ(0, std::memcmp(win.pixels, ref.data(), ref.size())) << hs << "x" << vs << " progressive " << progressive;
+      EXPECT_EQ(0, std::memcmp(win.pixels, ref.data(), ref.size()))
+          << hs << "x" << vs << " progressive " << progressive;
     }
   }
 }

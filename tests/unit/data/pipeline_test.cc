@@ -111,8 +111,13 @@ TEST(Pipeline, TrainingBatchesAreTheSameForAnyThreadCountAndDifferPerSeed) {
   TempDir dir;
   make_shards(dir, 24, 3);
   auto run = [&](const char* threads, const char* seed, const char* preset) {
-    auto o = options({{"data_dir", dir.path.c_str()}, {"decode_threads", threads}, {"seed", seed}, {"augment", preset},
-                      {"image_dtype", "f32"}, {"image_size", "32"}, {"label_offset", "-1"}});
+    auto o = options({{"data_dir", dir.path.c_str()},
+                      {"decode_threads", threads},
+                      {"seed", seed},
+                      {"augment", preset},
+                      {"image_dtype", "f32"},
+                      {"image_size", "32"},
+                      {"label_offset", "-1"}});
     o.source.path = dir.path;
     Pipeline p(o, open_source(o.source));
     std::vector<uint8_t> all;
@@ -131,7 +136,10 @@ TEST(Pipeline, TrainingBatchesAreTheSameForAnyThreadCountAndDifferPerSeed) {
 TEST(Pipeline, LabelsComeFromTheRecordsWithTheLabelOffset) {
   TempDir dir;
   make_shards(dir, 10, 2);
-  auto o = options({{"data_dir", dir.path.c_str()}, {"label_offset", "-1"}, {"image_size", "16"}, {"batch_size", "10"},
+  auto o = options({{"data_dir", dir.path.c_str()},
+                    {"label_offset", "-1"},
+                    {"image_size", "16"},
+                    {"batch_size", "10"},
                     {"shuffle", "false"}});
   Pipeline p(o, open_source(o.source));
   const BatchView& b = p.next();
@@ -162,12 +170,12 @@ std::string corrupt_shard(const TempDir& dir) {
   TFRecordWriter w(dir / "train-0");
   for (int i = 0; i < 6; ++i) w.write(testing::image_example(testing::rgb_jpeg(32, 32, i), i));
   std::vector<uint8_t> not_jpeg = {'G', 'I', 'F', '8', '9', 'a', 0, 0};
-  w.write(testing::image_example(not_jpeg, 6));                 // index 6: not a JPEG
+  w.write(testing::image_example(not_jpeg, 6));  // index 6: not a JPEG
   auto cut = testing::rgb_jpeg(64, 64, 1);
   cut.resize(cut.size() / 2);
-  w.write(testing::image_example(cut, 7));                      // index 7: truncated JPEG
+  w.write(testing::image_example(cut, 7));  // index 7: truncated JPEG
   std::vector<uint8_t> junk = {0x0a, 0xff, 0xff, 0xff, 0x0f};
-  w.write(junk);                                                // index 8: not an Example
+  w.write(junk);  // index 8: not an Example
   w.close("");
   return dir / "train-0";
 }
@@ -258,8 +266,11 @@ namespace {
 TEST(PipelineStats, AConsumerThatNeverWorksIsInputBoundAndStatsAreSafeToReadConcurrently) {
   testing::TempDir dir;
   make_shards(dir, 16, 1);
-  auto o = options({{"data_dir", dir.path.c_str()}, {"decode_threads", "1"}, {"image_size", "64"},
-                    {"augment", "standard"}, {"image_dtype", "f16"}});
+  auto o = options({{"data_dir", dir.path.c_str()},
+                    {"decode_threads", "1"},
+                    {"image_size", "64"},
+                    {"augment", "standard"},
+                    {"image_dtype", "f16"}});
   Pipeline p(o, open_source(o.source));
   std::atomic<bool> done{false};
   std::thread watcher([&] {
