@@ -120,6 +120,8 @@ struct Pipeline::Slot {
   std::atomic<int64_t> remaining{0};
   bool ready = false;
   bool had_errors = false;
+  std::string fatal;  // a sample error that fails the pipeline when this batch is reached
+  Code fatal_code = Code::kOk;
 };
 
 struct Pipeline::Work {
@@ -240,6 +242,7 @@ void Pipeline::reader_loop() {
         slot.g = sched_g_;
         slot.ready = false;
         slot.had_errors = false;
+        slot.fatal.clear();
         slot.remaining.store(o_.batch_size);
       }
       w->slot = &slot;
@@ -374,9 +377,9 @@ void Pipeline::finish_sample(Slot& slot, bool ok, const Error* error, int64_t in
     slot.had_errors = true;
     for (size_t i = 0; i < slot.indices.size(); ++i)
       if (slot.indices[i] == index && index >= 0) slot.mask[i] = 0;
-    if (fatal && fatal_.empty()) {
-      fatal_ = cat(error->what(), o_.on_error == OnError::kFail ? " (on_error=fail)" : "");
-      fatal_code_ = error->code();
+    if (fatal && slot.fatal.empty()) {
+      slot.fatal = cat(error->what(), o_.on_error == OnError::kFail ? " (on_error=fail)" : "");
+      slot.fatal_code = error->code();
     }
   }
   if (--slot.remaining == 0) {
@@ -435,9 +438,14 @@ const BatchView& Pipeline::next() {
     }
     ready_sum_ += ready_ahead;
     queue_sum_ += static_cast<int64_t>(queue_.size());
-    cv_ready_.wait(lock, [&] { return stop_ || !fatal_.empty() || (slot->g == g && slot->ready); });
-    if (!fatal_.empty()) throw Error(fatal_code_, fatal_);
+    cv_ready_.wait(lock, [&] { return stop_ || (slot->g == g && slot->ready); });
     if (stop_) fail(Code::kCancelled, "the pipeline is shutting down");
+    if (!slot->fatal.empty()) {
+      // Batches before this one were fine; from here on the pipeline stays failed.
+      fatal_ = slot->fatal;
+      fatal_code_ = slot->fatal_code;
+      throw Error(fatal_code_, fatal_);
+    }
     ++consumer_g_;
     holding_ = true;
     if (slot->had_errors) compact(*slot);

@@ -288,3 +288,24 @@ TEST(PipelineStats, AConsumerThatNeverWorksIsInputBoundAndStatsAreSafeToReadConc
 
 }  // namespace
 }  // namespace cohort::data
+
+namespace cohort::data {
+namespace {
+
+TEST(Pipeline, FailPolicyFailsAtTheBatchHoldingTheBadSampleNotBefore) {
+  testing::TempDir dir;
+  corrupt_shard(dir);
+  auto o = options({{"data_dir", dir.path.c_str()},
+                    {"batch_size", "3"},
+                    {"image_size", "16"},
+                    {"on_error", "fail"},
+                    {"shuffle", "false"},
+                    {"prefetch_depth", "4"}});
+  Pipeline p(o, open_source(o.source));
+  EXPECT_EQ(p.next().valid, 3);  // records 0-2
+  EXPECT_EQ(p.next().valid, 3);  // records 3-5, while 6-8 (bad) are already prefetched
+  EXPECT_THROW(p.next(), Error);
+}
+
+}  // namespace
+}  // namespace cohort::data
