@@ -74,7 +74,10 @@ class TFRecordSource : public Source {
     out.label = out.example.label + options_.label_offset;
     if (out.label < 0 || (options_.num_classes > 0 && out.label >= options_.num_classes))
       fail(Code::kCorruptData, origin(index), ": label ", out.example.label, " + label_offset ", options_.label_offset,
-           " is outside [0, ", options_.num_classes > 0 ? options_.num_classes : INT64_MAX, ")");
+           " is outside [0, ", options_.num_classes > 0 ? options_.num_classes : INT64_MAX, ")",
+           options_.label_offset == 0 && out.label == options_.num_classes
+               ? " (labels that start at 1, as in ImageNet TFRecords, need label_offset=-1)"
+               : "");
     out.boxes = out.example.boxes;
   }
 
