@@ -187,7 +187,7 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
         for (size_t k = 0; k < sample_bytes_ * B; ++k)
           bytes[k] = static_cast<uint8_t>(kernels::philox4x32(k, i, a.seed).v[0]);
         if (a.dtype == DType::kF16)
-          for (size_t k = 1; k < sample_bytes_ * B; k += 2) bytes[k] &= 0x3b;  // finite halves in (-1, 1)
+          for (size_t k = 1; k < sample_bytes_ * B; k += 2) bytes[k] &= 0x3b;  // finite halves in [0, 1)
       }
       for (size_t k = 0; k < B; ++k) {
         s.labels[k] = static_cast<int32_t>(kernels::philox4x32(k, i + 1000, a.seed).v[0] %
