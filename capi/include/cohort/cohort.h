@@ -11,5 +11,6 @@
 #include "cohort/common.h"
 #include "cohort/config.h"
 #include "cohort/runtime.h"
+#include "cohort/collectives.h"
 
 #endif /* COHORT_COHORT_H */
