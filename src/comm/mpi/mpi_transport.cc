@@ -61,7 +61,10 @@ void MpiTransport::wait(MPI_Request& request, const char* call) {
     mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
     if (done) return;
     if (aborted_) fail(Code::kCancelled, call, " abandoned: the runtime is shutting down after an error");
-    if (spins < 1000) continue;
+    if (spins < 1000) {
+      std::this_thread::yield();
+      continue;
+    }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(1000));
   }
