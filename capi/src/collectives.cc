@@ -94,6 +94,59 @@ DLManagedTensor* output_of(const comm::Request& req) {
 
 }  // namespace
 
+namespace {
+std::shared_ptr<comm::Request> submit_group(cohort_runtime_t* runtime, size_t count, const char* const* names,
+                                            DLTensor* const* inputs, DLTensor* const* outputs,
+                                            const cohort_allreduce_options_t* options) {
+  comm::Engine& engine = engine_of(runtime);
+  require(count >= 1, "count is 0; a group needs at least one tensor");
+  need(names, "names");
+  need(inputs, "inputs");
+  std::vector<comm::TensorEntry> group;
+  for (size_t i = 0; i < count; ++i) {
+    require(names[i] != nullptr, "names[", i, "] is NULL");
+    require(inputs[i] != nullptr, "inputs[", i, "] is NULL");
+    group.push_back(allreduce_entry(names[i], inputs[i], outputs ? outputs[i] : nullptr, options));
+  }
+  return engine.submit(std::move(group));
+}
+}  // namespace
+
+namespace {
+comm::TensorEntry broadcast_entry(const char* name, DLTensor* input, DLTensor* output, int root) {
+  comm::TensorEntry e;
+  e.name = name_of(name);
+  e.type = comm::OpType::kBroadcast;
+  e.input = tensor_of(input, "input");
+  if (output && output != input) e.output = tensor_of(output, "output");
+  e.root = root;
+  return e;
+}
+
+comm::TensorEntry simple_entry(const char* name, const DLTensor* input, comm::OpType type) {
+  comm::TensorEntry e;
+  e.name = name_of(name);
+  e.type = type;
+  e.input = tensor_of(input, "input");
+  return e;
+}
+
+comm::TensorEntry alltoall_entry(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
+                                 const int64_t* splits) {
+  comm::TensorEntry e = simple_entry(name, input, comm::OpType::kAlltoall);
+  if (splits) e.splits.assign(splits, splits + runtime->runtime->size());
+  return e;
+}
+}  // namespace
+
+namespace {
+comm::TensorEntry reducescatter_entry(const char* name, const DLTensor* input, cohort_reduce_op_t op) {
+  comm::TensorEntry e = simple_entry(name, input, comm::OpType::kReducescatter);
+  e.op = reduce_op_of(op);
+  return e;
+}
+}  // namespace
+
 extern "C" {
 
 COHORT_API cohort_status_t cohort_allreduce_options_default(cohort_allreduce_options_t* options) {
@@ -122,23 +175,6 @@ COHORT_API cohort_status_t cohort_allreduce(cohort_runtime_t* runtime, const cha
   });
 }
 
-namespace {
-std::shared_ptr<comm::Request> submit_group(cohort_runtime_t* runtime, size_t count, const char* const* names,
-                                            DLTensor* const* inputs, DLTensor* const* outputs,
-                                            const cohort_allreduce_options_t* options) {
-  comm::Engine& engine = engine_of(runtime);
-  require(count >= 1, "count is 0; a group needs at least one tensor");
-  need(names, "names");
-  need(inputs, "inputs");
-  std::vector<comm::TensorEntry> group;
-  for (size_t i = 0; i < count; ++i) {
-    require(names[i] != nullptr, "names[", i, "] is NULL");
-    require(inputs[i] != nullptr, "inputs[", i, "] is NULL");
-    group.push_back(allreduce_entry(names[i], inputs[i], outputs ? outputs[i] : nullptr, options));
-  }
-  return engine.submit(std::move(group));
-}
-}  // namespace
 
 COHORT_API cohort_status_t cohort_grouped_allreduce_async(cohort_runtime_t* runtime, size_t count,
                                                           const char* const* names, DLTensor* const* inputs,
@@ -159,32 +195,6 @@ COHORT_API cohort_status_t cohort_grouped_allreduce(cohort_runtime_t* runtime, s
                [&] { wait_ok(*submit_group(runtime, count, names, inputs, outputs, options)); });
 }
 
-namespace {
-comm::TensorEntry broadcast_entry(const char* name, DLTensor* input, DLTensor* output, int root) {
-  comm::TensorEntry e;
-  e.name = name_of(name);
-  e.type = comm::OpType::kBroadcast;
-  e.input = tensor_of(input, "input");
-  if (output && output != input) e.output = tensor_of(output, "output");
-  e.root = root;
-  return e;
-}
-
-comm::TensorEntry simple_entry(const char* name, const DLTensor* input, comm::OpType type) {
-  comm::TensorEntry e;
-  e.name = name_of(name);
-  e.type = type;
-  e.input = tensor_of(input, "input");
-  return e;
-}
-
-comm::TensorEntry alltoall_entry(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
-                                 const int64_t* splits) {
-  comm::TensorEntry e = simple_entry(name, input, comm::OpType::kAlltoall);
-  if (splits) e.splits.assign(splits, splits + runtime->runtime->size());
-  return e;
-}
-}  // namespace
 
 COHORT_API cohort_status_t cohort_broadcast_async(cohort_runtime_t* runtime, const char* name, DLTensor* input,
                                                   DLTensor* output, int root, cohort_request_t** out) {
@@ -252,13 +262,6 @@ COHORT_API cohort_status_t cohort_alltoall(cohort_runtime_t* runtime, const char
   });
 }
 
-namespace {
-comm::TensorEntry reducescatter_entry(const char* name, const DLTensor* input, cohort_reduce_op_t op) {
-  comm::TensorEntry e = simple_entry(name, input, comm::OpType::kReducescatter);
-  e.op = reduce_op_of(op);
-  return e;
-}
-}  // namespace
 
 COHORT_API cohort_status_t cohort_reducescatter_async(cohort_runtime_t* runtime, const char* name,
                                                       const DLTensor* input, cohort_reduce_op_t op,
