@@ -55,6 +55,7 @@ struct Engine::Pending {
   Meta meta;
   size_t bit = 0;
   bool skip_cache = false;  // waited long enough that the stall inspector must see it
+  int64_t exchanged_us = 0; // end of the first exchange that carried it (timeline)
 };
 
 struct Engine::TableEntry {
@@ -241,8 +242,10 @@ void Engine::run() {
   } catch (const Error& e) {
     Status s = e.status();
     if (e.code() == Code::kMpi) {
-      s = Status(Code::kPeerLost, cat(e.what(), "; a peer was probably lost (killed, crashed or out of memory): the "
-                                                "runtime is poisoned, restart the job"));
+      s = Status(Code::kPeerLost,
+                 cat(e.what(), "; a peer was probably lost (killed, crashed or out of memory): the runtime is "
+                               "poisoned, restart the job. If no rank died, check the shared-memory size (/dev/shm) "
+                               "and, across nodes, the network interface (-mca btl_tcp_if_include)"));
       if (on_fatal_) on_fatal_(e.what());
     }
     fail_all(s);
@@ -408,6 +411,9 @@ bool Engine::cycle() {
   global_idle_ = (words[0] & 4) != 0;
 
   int64_t ready_us = Timeline::now_us();
+  if (timeline_.enabled())
+    for (auto& [seq, p] : pending_)
+      if (p.exchanged_us == 0) p.exchanged_us = ready_us;
   std::vector<Response> ready;
   for (size_t w = 1; w < words.size(); ++w) {
     for (uint64_t bits = words[w]; bits; bits &= bits - 1) {
@@ -562,23 +568,29 @@ Engine::Response Engine::make_response(const std::string& name, std::vector<std:
 // ---------------------------------------------------------------- execution
 
 void Engine::finish(Response& r, const Status& s) {
+  bool counted = r.agreed.type != OpType::kJoin && r.agreed.type != OpType::kBarrier;
+  if (counted) {
+    std::lock_guard lock(mu_);  // before the request completes, so a waiter sees it
+    ++stats_.completed;
+  }
   auto it = pending_by_name_.find(r.name);
   if (it != pending_by_name_.end()) {
     Pending& p = pending_.at(it->second);
-    if (timeline_.enabled())
-      timeline_.span(r.name, "NEGOTIATE", Timeline::to_us(p.entry.submitted), r.ready_us);
+    if (timeline_.enabled()) {
+      int64_t exchanged = p.exchanged_us ? p.exchanged_us : r.ready_us;
+      timeline_.span(r.name, "NEGOTIATE", Timeline::to_us(p.entry.submitted), exchanged);
+      if (r.ready_us > exchanged) timeline_.span(r.name, "WAIT_FOR_OTHER_RANKS", exchanged, r.ready_us);
+    }
     p.entry.request->complete_part(s);
     pending_.erase(it->second);
     pending_by_name_.erase(it);
   }
-  if (r.agreed.type == OpType::kJoin || r.agreed.type == OpType::kBarrier) return;
+  if (!counted) return;
   if (r.cached) {
     if (auto bit = cache_.find(r.name)) cache_.touch(*bit);
   } else if (s.is_ok() && !r.with_joined) {
     cache_.put(r.name, r.metas);
   }
-  std::lock_guard lock(mu_);
-  ++stats_.completed;
 }
 
 void Engine::execute(std::vector<Response>& ready) {
