@@ -1,5 +1,6 @@
 // The extern "C" shim of collectives.h: converts DLTensors to borrowed Tensors and
 // hands them to the runtime's engine.
+#include <cstddef>
 #include <cstring>
 
 #include "comm/engine.h"
@@ -35,7 +36,7 @@ Tensor tensor_of(const DLTensor* t, const char* what) {
   }
 }
 
-comm::ReduceOp reduce_op_of(cohort_reduce_op_t op) {
+comm::ReduceOp reduce_op_of(int op) {
   switch (op) {
     case COHORT_REDUCE_SUM: return comm::ReduceOp::kSum;
     case COHORT_REDUCE_AVERAGE: return comm::ReduceOp::kAverage;
@@ -43,7 +44,7 @@ comm::ReduceOp reduce_op_of(cohort_reduce_op_t op) {
     case COHORT_REDUCE_MAX: return comm::ReduceOp::kMax;
     case COHORT_REDUCE_PRODUCT: return comm::ReduceOp::kProduct;
   }
-  fail(Code::kInvalidArgument, "reduce op ", static_cast<int>(op),
+  fail(Code::kInvalidArgument, "reduce op ", op,
        " is not one of COHORT_REDUCE_SUM, _AVERAGE, _MIN, _MAX, _PRODUCT (0..4)");
 }
 
@@ -52,7 +53,11 @@ void apply_options(comm::TensorEntry& e, const cohort_allreduce_options_t* optio
   capi::check_struct_size(options->struct_size, sizeof(cohort_allreduce_options_t), "cohort_allreduce_options_t");
   cohort_allreduce_options_t full{sizeof(full), COHORT_REDUCE_SUM, 1.0, 1.0};
   std::memcpy(&full, options, options->struct_size);
-  e.op = reduce_op_of(full.op);
+  // Read the op as an int: a caller's out-of-range value must not be loaded as the enum.
+  static_assert(sizeof(cohort_reduce_op_t) == sizeof(int), "cohort_reduce_op_t is int-sized");
+  int op = 0;
+  std::memcpy(&op, reinterpret_cast<const char*>(&full) + offsetof(cohort_allreduce_options_t, op), sizeof op);
+  e.op = reduce_op_of(op);
   e.prescale = full.prescale;
   e.postscale = full.postscale;
 }
@@ -142,7 +147,7 @@ comm::TensorEntry alltoall_entry(cohort_runtime_t* runtime, const char* name, co
 namespace {
 comm::TensorEntry reducescatter_entry(const char* name, const DLTensor* input, cohort_reduce_op_t op) {
   comm::TensorEntry e = simple_entry(name, input, comm::OpType::kReducescatter);
-  e.op = reduce_op_of(op);
+  e.op = reduce_op_of(static_cast<int>(op));
   return e;
 }
 }  // namespace
