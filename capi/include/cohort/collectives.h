@@ -245,7 +245,7 @@ COHORT_API cohort_status_t cohort_request_test(cohort_request_t* request, int* d
  * @brief Blocks until the request completes and returns its result.
  * @param request The request.
  * @return ::COHORT_OK, or the collective's error (::COHORT_ERR_MISMATCH,
- *   ::COHORT_ERR_STALLED, ::COHORT_ERR_CANCELLED at shutdown, ::COHORT_ERR_PEER_LOST…)
+ *   ::COHORT_ERR_STALLED, ::COHORT_ERR_CANCELLED at shutdown, ::COHORT_ERR_PEER_LOST, ...)
  *   with the message in cohort_last_error().
  */
 COHORT_API cohort_status_t cohort_request_wait(cohort_request_t* request);
