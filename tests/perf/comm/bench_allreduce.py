@@ -34,7 +34,7 @@ def sweep(args):
     rows = {}
     for line in out.splitlines():
         f = line.split()
-        if len(f) >= 17 and f[0].isdigit():
+        if len(f) >= 16 and f[0].isdigit():
             # 0 size 1 count 2 type 3 redop 4 root | 5-8 out-of-place time algbw busbw wrong |
             # 9-12 in-place time algbw busbw wrong | 13 raw time 14 raw busbw 15 ratio
             rows[int(f[0])] = {"cohort": float(f[11]), "raw": float(f[14])}  # both in place
@@ -46,7 +46,7 @@ def latency(args):
               [args.tool, "-b", "8", "-e", "8", "-n", "2000", "-w", "200", "-c", "0", "--raw"], 300)
     for line in out.splitlines():
         f = line.split()
-        if len(f) >= 17 and f[0] == "8":
+        if len(f) >= 16 and f[0] == "8":
             return {"cohort": float(f[9]), "raw": float(f[13])}  # both in place
     raise SystemExit("no 8-byte row in allreduce_perf output:\n" + out)
 
