@@ -41,7 +41,8 @@ Runtime::Runtime(const Config& config) : config_(config) {
     thread_budget_ = cohort::thread_budget(layout_.local_size, requested_threads);
     choose_device();
     auto chunk = static_cast<size_t>(config_.get_int("allreduce_chunk_kb")) * 1024;
-    engine_ = std::make_unique<comm::Engine>(std::make_unique<comm::MpiTransport>(world_, chunk),
+    auto window = static_cast<size_t>(config_.get_int("allreduce_window"));
+    engine_ = std::make_unique<comm::Engine>(std::make_unique<comm::MpiTransport>(world_, chunk, window),
                                              comm::EngineOptions::from_config(config_),
                                              [](const std::string& why) { mpi_process::poison(why); });
   } catch (...) {

@@ -38,7 +38,8 @@ std::vector<int> displacements(const std::vector<int>& counts) {
 
 }  // namespace
 
-MpiTransport::MpiTransport(MPI_Comm parent, size_t chunk_bytes) : chunk_bytes_(chunk_bytes) {
+MpiTransport::MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window)
+    : chunk_bytes_(chunk_bytes), window_(std::max<size_t>(1, window)) {
   mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup (collective engine)");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
@@ -122,10 +123,24 @@ void MpiTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce o
   size_t chunk = chunk_bytes_ ? std::max<size_t>(1, chunk_bytes_ / esize) : std::max<size_t>(1, INT_MAX / 2);
   MPI_Datatype type = mpi_type(t);
   MPI_Op mop = mpi_op(t, op);
-  for (size_t done = 0; done < count; done += chunk) {
-    int n = static_cast<int>(std::min(chunk, count - done));
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, static_cast<char*>(buf) + done * esize, n, type, mop, comm_),
-              "MPI_Allreduce");
+  if (count <= chunk) {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), type, mop, comm_), "MPI_Allreduce");
+    return;
+  }
+  // A window of nonblocking chunk reductions in flight: each chunk stays cache-sized,
+  // and the ranks need not meet once per chunk (which costs a scheduler slice each
+  // when cores are oversubscribed).
+  std::vector<MPI_Request> requests((count + chunk - 1) / chunk, MPI_REQUEST_NULL);
+  size_t posted = 0;
+  for (size_t done = 0; done < requests.size(); ++done) {
+    for (; posted < requests.size() && posted < done + window_; ++posted) {
+      size_t first = posted * chunk;
+      int n = static_cast<int>(std::min(chunk, count - first));
+      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buf) + first * esize, n, type, mop, comm_,
+                               &requests[posted]),
+                "MPI_Iallreduce");
+    }
+    mpi_check(MPI_Wait(&requests[done], MPI_STATUS_IGNORE), "MPI_Iallreduce");
   }
 }
 

@@ -15,8 +15,9 @@ namespace cohort::comm {
 class MpiTransport final : public Transport {
  public:
   // Collective over `parent` (duplicates it).
-  // chunk_bytes: the most bytes one MPI_Allreduce call carries (0 = no chunking).
-  MpiTransport(MPI_Comm parent, size_t chunk_bytes);
+  // chunk_bytes: the most bytes one allreduce call carries (0 = no chunking); window:
+  // how many chunk reductions are in flight at once.
+  MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window = 16);
   ~MpiTransport() override;
   MpiTransport(const MpiTransport&) = delete;
   MpiTransport& operator=(const MpiTransport&) = delete;
@@ -49,6 +50,7 @@ class MpiTransport final : public Transport {
   int rank_ = 0, size_ = 1;
   MPI_Op half_ops_[2][4] = {};  // [f16, bf16][sum, min, max, prod]
   size_t chunk_bytes_;
+  size_t window_;
   std::atomic<bool> aborted_{false};
 };
 

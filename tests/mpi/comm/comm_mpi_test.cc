@@ -359,7 +359,8 @@ void test_timeline(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  cohort_runtime_t* rt = make_runtime({{"fusion_threshold_mb", "1"}});
+  // Small pieces and a narrow window so big tensors slide through several windows.
+  cohort_runtime_t* rt = make_runtime({{"fusion_threshold_mb", "1"}, {"allreduce_chunk_kb", "256"}, {"allreduce_window", "2"}});
   if (!rt) return 1;
   OK(cohort_runtime_rank(rt, &g_rank));
   OK(cohort_runtime_size(rt, &g_size));
