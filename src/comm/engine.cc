@@ -605,7 +605,28 @@ void Engine::execute(std::vector<Response>& ready) {
     auto local = pending_by_name_.find(r.name);
     bool host = local == pending_by_name_.end() || pending_.at(local->second).entry.input.device().is_host();
     size_t bytes = static_cast<size_t>(shape_numel(r.agreed.shape)) * dtype_size(r.agreed.dtype);
-    if (r.agreed.type != OpType::kAllreduce || !host || bytes >= kDirectBytes || bytes > options_.fusion_bytes) {
+    if (r.agreed.type == OpType::kAllreduce && host && (bytes >= kDirectBytes || bytes > options_.fusion_bytes)) {
+      // Every large allreduce of this cycle with the same dtype/op/scales goes through
+      // one pipelined call.
+      std::vector<Response*> direct{&r};
+      for (size_t j = i + 1; j < ready.size(); ++j) {
+        Response& o = ready[j];
+        const Meta& a = r.agreed;
+        const Meta& b = o.agreed;
+        if (done[j] || !o.error.empty() || b.type != OpType::kAllreduce || b.dtype != a.dtype || b.op != a.op ||
+            b.prescale != a.prescale || b.postscale != a.postscale)
+          continue;
+        auto lo = pending_by_name_.find(o.name);
+        if (lo != pending_by_name_.end() && !pending_.at(lo->second).entry.input.device().is_host()) continue;
+        size_t ob = static_cast<size_t>(shape_numel(b.shape)) * dtype_size(b.dtype);
+        if (ob < kDirectBytes && ob <= options_.fusion_bytes) continue;
+        direct.push_back(&o);
+        done[j] = true;
+      }
+      run_direct_allreduces(direct);
+      continue;
+    }
+    if (r.agreed.type != OpType::kAllreduce || !host) {
       run_one(r);
       continue;
     }
@@ -691,20 +712,9 @@ void Engine::run_one(Response& r) {
     }
     case OpType::kBarrier: transport_->barrier(); break;
     case OpType::kAllreduce: {
-      size_t count = static_cast<size_t>(shape_numel(a.shape));
-      std::vector<unsigned char> zeros;
-      void* buf;
-      if (e) {
-        buf = e->output.data();
-        if (buf != e->input.data() && count) transport_->copy(buf, e->input.data(), count * esize, e->input.device());
-      } else {
-        zeros.assign(count * esize, 0);
-        buf = zeros.data();
-      }
-      kernels::scale(buf, count, a.dtype, a.prescale);
-      transport_->allreduce(buf, count, a.dtype, to_kernel(a.op));
-      kernels::scale(buf, count, a.dtype, a.postscale * (a.op == ReduceOp::kAverage ? 1.0 / size_ : 1.0));
-      break;
+      std::vector<Response*> one{&r};
+      run_direct_allreduces(one);
+      return;
     }
     case OpType::kBroadcast: {
       size_t n = static_cast<size_t>(shape_numel(a.shape)) * esize;
@@ -771,6 +781,37 @@ void Engine::run_one(Response& r) {
   }
   if (timeline_.enabled()) timeline_.span(r.name, op_type_name(a.type), t0, Timeline::now_us());
   finish(r, Status::ok());
+}
+
+void Engine::run_direct_allreduces(std::vector<Response*>& batch) {
+  const Meta& a = batch.front()->agreed;
+  size_t esize = dtype_size(a.dtype);
+  int64_t t0 = Timeline::now_us();
+  std::vector<std::pair<void*, size_t>> bufs;
+  std::vector<std::vector<unsigned char>> zeros;
+  for (Response* r : batch) {
+    size_t count = static_cast<size_t>(shape_numel(r->agreed.shape));
+    auto it = pending_by_name_.find(r->name);
+    void* buf;
+    if (it != pending_by_name_.end()) {
+      TensorEntry& e = pending_.at(it->second).entry;
+      buf = e.output.data();
+      if (buf != e.input.data() && count) transport_->copy(buf, e.input.data(), count * esize, e.input.device());
+    } else {
+      zeros.emplace_back(count * esize, 0);  // a joined rank contributes zeros
+      buf = zeros.back().data();
+    }
+    if (a.prescale != 1.0) kernels::scale(buf, count, a.dtype, a.prescale);
+    bufs.emplace_back(buf, count);
+  }
+  transport_->allreduce_many(bufs, a.dtype, to_kernel(a.op));
+  double post = a.postscale * (a.op == ReduceOp::kAverage ? 1.0 / size_ : 1.0);
+  for (const auto& [buf, count] : bufs) kernels::scale(buf, count, a.dtype, post);
+  if (timeline_.enabled()) {
+    int64_t t1 = Timeline::now_us();
+    for (Response* r : batch) timeline_.span(r->name, "ALLREDUCE", t0, t1);
+  }
+  for (Response* r : batch) finish(*r, Status::ok());
 }
 
 void Engine::check_stalls() {

@@ -104,6 +104,8 @@ class Engine {
   void execute(std::vector<Response>& ready);
   void run_allreduce_batch(std::vector<Response*>& batch);
   void run_one(Response& r);
+  // Large allreduces of one dtype/op/scale, reduced in place without the fusion buffer.
+  void run_direct_allreduces(std::vector<Response*>& batch);
   void finish(Response& r, const Status& s);
   void check_stalls();
   void fail_all(const Status& s);

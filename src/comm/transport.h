@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/reduce.h"
@@ -31,6 +32,10 @@ class Transport {
 
   // Data plane (all in place unless said otherwise; buffers in supported memory).
   virtual void allreduce(void* buf, size_t count, DType t, kernels::Reduce op) = 0;
+  // Several independent in-place allreduces of one dtype and op (buffer, count).
+  virtual void allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
+    for (const auto& [buf, count] : bufs) allreduce(buf, count, t, op);
+  }
   // recv holds every rank's block back to back; bytes[r] is rank r's block size.
   virtual void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;

@@ -119,27 +119,32 @@ std::vector<std::string> MpiTransport::allgather_bytes(const std::string& mine) 
 }
 
 void MpiTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
+  allreduce_many({{buf, count}}, t, op);
+}
+
+void MpiTransport::allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
   size_t esize = dtype_size(t);
   size_t chunk = chunk_bytes_ ? std::max<size_t>(1, chunk_bytes_ / esize) : std::max<size_t>(1, INT_MAX / 2);
   MPI_Datatype type = mpi_type(t);
   MPI_Op mop = mpi_op(t, op);
-  if (count <= chunk) {
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, static_cast<int>(count), type, mop, comm_), "MPI_Allreduce");
+  std::vector<std::pair<char*, int>> pieces;
+  for (const auto& [buf, count] : bufs)
+    for (size_t first = 0; first < count; first += chunk)
+      pieces.emplace_back(static_cast<char*>(buf) + first * esize, static_cast<int>(std::min(chunk, count - first)));
+  if (pieces.size() == 1) {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, pieces[0].first, pieces[0].second, type, mop, comm_), "MPI_Allreduce");
     return;
   }
-  // A window of nonblocking chunk reductions in flight: each chunk stays cache-sized,
-  // and the ranks need not meet once per chunk (which costs a scheduler slice each
+  // A window of nonblocking piece reductions in flight: each piece stays cache-sized,
+  // and the ranks need not meet once per piece (which costs a scheduler slice each
   // when cores are oversubscribed).
-  std::vector<MPI_Request> requests((count + chunk - 1) / chunk, MPI_REQUEST_NULL);
+  std::vector<MPI_Request> requests(pieces.size(), MPI_REQUEST_NULL);
   size_t posted = 0;
-  for (size_t done = 0; done < requests.size(); ++done) {
-    for (; posted < requests.size() && posted < done + window_; ++posted) {
-      size_t first = posted * chunk;
-      int n = static_cast<int>(std::min(chunk, count - first));
-      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buf) + first * esize, n, type, mop, comm_,
+  for (size_t done = 0; done < pieces.size(); ++done) {
+    for (; posted < pieces.size() && posted < done + window_; ++posted)
+      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, pieces[posted].first, pieces[posted].second, type, mop, comm_,
                                &requests[posted]),
                 "MPI_Iallreduce");
-    }
     mpi_check(MPI_Wait(&requests[done], MPI_STATUS_IGNORE), "MPI_Iallreduce");
   }
 }

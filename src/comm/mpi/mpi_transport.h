@@ -30,6 +30,7 @@ class MpiTransport final : public Transport {
   void and_words(std::vector<uint64_t>& words) override;
   std::vector<std::string> allgather_bytes(const std::string& mine) override;
   void allreduce(void* buf, size_t count, DType t, kernels::Reduce op) override;
+  void allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) override;
   void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) override;
   void broadcast(void* buf, size_t bytes, int root) override;
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
