@@ -131,8 +131,9 @@ void MpiTransport::allreduce_many(const std::vector<std::pair<void*, size_t>>& b
   for (const auto& [buf, count] : bufs)
     for (size_t first = 0; first < count; first += chunk)
       pieces.emplace_back(static_cast<char*>(buf) + first * esize, static_cast<int>(std::min(chunk, count - first)));
-  if (pieces.size() == 1) {
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, pieces[0].first, pieces[0].second, type, mop, comm_), "MPI_Allreduce");
+  if (pieces.size() == 1 || window_ == 1) {  // blocking calls use Open MPI's tuned algorithms
+    for (const auto& [ptr, n] : pieces)
+      mpi_check(MPI_Allreduce(MPI_IN_PLACE, ptr, n, type, mop, comm_), "MPI_Allreduce");
     return;
   }
   // A window of nonblocking piece reductions in flight: each piece stays cache-sized,
