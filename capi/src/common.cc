@@ -36,9 +36,7 @@ using namespace cohort;
 
 extern "C" {
 
-COHORT_API const char* cohort_status_string(cohort_status_t status) {
-  return code_name(static_cast<Code>(status));
-}
+COHORT_API const char* cohort_status_string(cohort_status_t status) { return code_name(static_cast<Code>(status)); }
 
 COHORT_API const char* cohort_last_error(void) { return capi::t_last_error.c_str(); }
 

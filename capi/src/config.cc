@@ -5,7 +5,6 @@
 #include "handles.h"
 #include "shim.h"
 
-
 using namespace cohort;
 using capi::guard;
 using capi::need;
@@ -34,9 +33,7 @@ COHORT_API cohort_status_t cohort_config_clone(const cohort_config_t* config, co
 }
 
 COHORT_API cohort_status_t cohort_config_set(cohort_config_t* config, const char* key, const char* value) {
-  return guard("cohort_config_set", [&] {
-    need(config, "config")->config.set(need_key(key), need(value, "value"));
-  });
+  return guard("cohort_config_set", [&] { need(config, "config")->config.set(need_key(key), need(value, "value")); });
 }
 
 COHORT_API cohort_status_t cohort_config_set_int(cohort_config_t* config, const char* key, int64_t value) {
@@ -70,36 +67,31 @@ COHORT_API cohort_status_t cohort_config_unset(cohort_config_t* config, const ch
   return guard("cohort_config_unset", [&] { need(config, "config")->config.unset(need_key(key)); });
 }
 
-COHORT_API cohort_status_t cohort_config_get(const cohort_config_t* config, const char* key, char* buffer,
-                                             size_t size, size_t* needed) {
-  return guard("cohort_config_get", [&] {
-    capi::copy_out(need(config, "config")->config.get_string(need_key(key)), buffer, size, needed);
-  });
+COHORT_API cohort_status_t cohort_config_get(const cohort_config_t* config, const char* key, char* buffer, size_t size,
+                                             size_t* needed) {
+  return guard("cohort_config_get",
+               [&] { capi::copy_out(need(config, "config")->config.get_string(need_key(key)), buffer, size, needed); });
 }
 
 COHORT_API cohort_status_t cohort_config_get_int(const cohort_config_t* config, const char* key, int64_t* value) {
-  return guard("cohort_config_get_int", [&] {
-    *need(value, "value") = need(config, "config")->config.get_int(need_key(key));
-  });
+  return guard("cohort_config_get_int",
+               [&] { *need(value, "value") = need(config, "config")->config.get_int(need_key(key)); });
 }
 
 COHORT_API cohort_status_t cohort_config_get_float(const cohort_config_t* config, const char* key, double* value) {
-  return guard("cohort_config_get_float", [&] {
-    *need(value, "value") = need(config, "config")->config.get_float(need_key(key));
-  });
+  return guard("cohort_config_get_float",
+               [&] { *need(value, "value") = need(config, "config")->config.get_float(need_key(key)); });
 }
 
 COHORT_API cohort_status_t cohort_config_get_bool(const cohort_config_t* config, const char* key, int* value) {
-  return guard("cohort_config_get_bool", [&] {
-    *need(value, "value") = need(config, "config")->config.get_bool(need_key(key)) ? 1 : 0;
-  });
+  return guard("cohort_config_get_bool",
+               [&] { *need(value, "value") = need(config, "config")->config.get_bool(need_key(key)) ? 1 : 0; });
 }
 
 COHORT_API cohort_status_t cohort_config_source(const cohort_config_t* config, const char* key,
                                                 cohort_option_source_t* source) {
   return guard("cohort_config_source", [&] {
-    *need(source, "source") =
-        static_cast<cohort_option_source_t>(need(config, "config")->config.source(need_key(key)));
+    *need(source, "source") = static_cast<cohort_option_source_t>(need(config, "config")->config.source(need_key(key)));
   });
 }
 

@@ -4,7 +4,6 @@
 #include "runtime/mpi_process.h"
 #include "shim.h"
 
-
 using namespace cohort;
 using capi::guard;
 using capi::need;

@@ -33,16 +33,12 @@ int main(int argc, char** argv) {
   if (check(cohort_runtime_create(cfg, &rt), "cohort_runtime_create")) goto done;
   if (check(cohort_runtime_info(rt, &info), "cohort_runtime_info")) goto done;
   if (check(cohort_runtime_device(rt, device, sizeof device, NULL), "cohort_runtime_device")) goto done;
-  /* Print in rank order so the output reads the same every run. */
-  for (int r = 0; r < info.size; ++r) {
-    if (r == info.rank) {
-      printf("rank %d of %d: local %d of %d, node %d of %d, device %s, %d thread%s, cohort %s\n", info.rank,
-             info.size, info.local_rank, info.local_size, info.cross_rank, info.cross_size, device,
-             info.thread_budget, info.thread_budget == 1 ? "" : "s", cohort_version_string());
-      fflush(stdout);
-    }
-    if (check(cohort_runtime_barrier(rt), "cohort_runtime_barrier")) goto done;
-  }
+  /* mpirun forwards each rank's output on its own, so lines may arrive in any order. */
+  printf("rank %d of %d: local %d of %d, node %d of %d, device %s, %d thread%s, cohort %s\n", info.rank, info.size,
+         info.local_rank, info.local_size, info.cross_rank, info.cross_size, device, info.thread_budget,
+         info.thread_budget == 1 ? "" : "s", cohort_version_string());
+  fflush(stdout);
+  if (check(cohort_runtime_barrier(rt), "cohort_runtime_barrier")) goto done;
   rc = 0;
 done:
   cohort_runtime_destroy(rt);

@@ -3,7 +3,7 @@
 #include "core/status.h"
 
 #if COHORT_HAVE_CUDA
-#include <cuda_runtime_api.h>
+#  include <cuda_runtime_api.h>
 #endif
 
 namespace cohort {

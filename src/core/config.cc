@@ -18,8 +18,7 @@ std::string Config::lookup(const OptionSpec& spec) const {
   auto it = values_.find(std::string(spec.name));
   if (it != values_.end()) return it->second;
   std::string var = env_name(spec.name);
-  if (const char* env = std::getenv(var.c_str()))
-    return canonical_value(spec, env, cat("environment variable ", var));
+  if (const char* env = std::getenv(var.c_str())) return canonical_value(spec, env, cat("environment variable ", var));
   return std::string(spec.default_value);
 }
 
@@ -34,8 +33,8 @@ std::string Config::get_string(std::string_view key) const { return lookup(requi
 
 int64_t Config::get_int(std::string_view key) const {
   const OptionSpec& spec = require_option(key);
-  require(spec.type == OptionType::kInt, "option '", spec.name, "' is not an integer (it is ",
-          describe_allowed(spec), ")");
+  require(spec.type == OptionType::kInt, "option '", spec.name, "' is not an integer (it is ", describe_allowed(spec),
+          ")");
   return *parse_int(lookup(spec));
 }
 
@@ -48,8 +47,8 @@ double Config::get_float(std::string_view key) const {
 
 bool Config::get_bool(std::string_view key) const {
   const OptionSpec& spec = require_option(key);
-  require(spec.type == OptionType::kBool, "option '", spec.name, "' is not a bool (it is ",
-          describe_allowed(spec), ")");
+  require(spec.type == OptionType::kBool, "option '", spec.name, "' is not a bool (it is ", describe_allowed(spec),
+          ")");
   return lookup(spec) == "true";
 }
 
@@ -90,8 +89,7 @@ std::vector<int> Config::parse_args(int argc, const char* const* argv, bool stri
       values_[std::string(spec->name)] = "false";
     } else if (eq != std::string_view::npos) {
       values_[std::string(spec->name)] = canonical_value(*spec, body.substr(eq + 1), origin);
-    } else if (spec->type == OptionType::kBool &&
-               (i + 1 >= argc || !parse_bool(argv[i + 1]).has_value())) {
+    } else if (spec->type == OptionType::kBool && (i + 1 >= argc || !parse_bool(argv[i + 1]).has_value())) {
       values_[std::string(spec->name)] = "true";
     } else {
       require(i + 1 < argc, origin, ": missing value (expected ", describe_allowed(*spec), ")");

@@ -19,8 +19,8 @@ void log_message(LogLevel level, std::string_view message);
 
 }  // namespace cohort
 
-#define COHORT_LOG(level, ...)                                                  \
-  do {                                                                          \
+#define COHORT_LOG(level, ...)                                                                  \
+  do {                                                                                          \
     if (::cohort::log_enabled(level)) ::cohort::log_message(level, ::cohort::cat(__VA_ARGS__)); \
   } while (0)
 #define COHORT_LOG_ERROR(...) COHORT_LOG(::cohort::LogLevel::kError, __VA_ARGS__)

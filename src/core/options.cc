@@ -77,18 +77,21 @@ const std::vector<OptionSpec>& registry() {
 
 const char* type_word(OptionType t) {
   switch (t) {
-    case OptionType::kInt: return "int";
-    case OptionType::kFloat: return "float";
-    case OptionType::kBool: return "bool";
-    case OptionType::kString: return "string";
-    case OptionType::kChoice: return "choice";
+    case OptionType::kInt:
+      return "int";
+    case OptionType::kFloat:
+      return "float";
+    case OptionType::kBool:
+      return "bool";
+    case OptionType::kString:
+      return "string";
+    case OptionType::kChoice:
+      return "choice";
   }
   return "?";
 }
 
-std::string range_text(const OptionSpec& s) {
-  return cat("[", format_double(s.min), ", ", format_double(s.max), "]");
-}
+std::string range_text(const OptionSpec& s) { return cat("[", format_double(s.min), ", ", format_double(s.max), "]"); }
 
 }  // namespace
 
@@ -96,7 +99,8 @@ std::span<const OptionSpec> option_registry() { return registry(); }
 
 std::string normalize_key(std::string_view key) {
   std::string k = to_lower(key);
-  for (char& c : k) if (c == '-') c = '_';
+  for (char& c : k)
+    if (c == '-') c = '_';
   return k;
 }
 
@@ -130,8 +134,7 @@ std::string nearest_option(std::string_view key) {
 const OptionSpec& require_option(std::string_view key) {
   if (const OptionSpec* s = find_option(key)) return *s;
   std::string near = nearest_option(key);
-  if (near.empty())
-    fail(Code::kInvalidArgument, "unknown option '", key, "' (see --help for the list of options)");
+  if (near.empty()) fail(Code::kInvalidArgument, "unknown option '", key, "' (see --help for the list of options)");
   fail(Code::kInvalidArgument, "unknown option '", key, "'; did you mean '", near, "'?");
 }
 
@@ -139,10 +142,14 @@ std::string env_name(std::string_view key) { return "COHORT_" + to_upper(normali
 
 std::string describe_allowed(const OptionSpec& s) {
   switch (s.type) {
-    case OptionType::kInt: return cat("an integer in ", range_text(s));
-    case OptionType::kFloat: return cat("a number in ", range_text(s));
-    case OptionType::kBool: return "true or false (also 1/0, yes/no, on/off)";
-    case OptionType::kString: return "any text";
+    case OptionType::kInt:
+      return cat("an integer in ", range_text(s));
+    case OptionType::kFloat:
+      return cat("a number in ", range_text(s));
+    case OptionType::kBool:
+      return "true or false (also 1/0, yes/no, on/off)";
+    case OptionType::kString:
+      return "any text";
     case OptionType::kChoice: {
       std::string text = cat("one of ", s.choices);
       if (!s.aliases.empty()) {
@@ -224,8 +231,9 @@ const std::string& options_help(std::string_view group) {
     std::snprintf(line, sizeof line, "%-34s ", flag.c_str());
     out += line;
     if (flag.size() > 34) out += "\n" + std::string(37, ' ');
-    out += cat(s.help, " [", describe_allowed(s), "; default: ",
-               s.default_value.empty() ? "\"\"" : std::string(s.default_value), "; env ", env_name(s.name), "]\n");
+    out += cat(s.help, " [", describe_allowed(s),
+               "; default: ", s.default_value.empty() ? "\"\"" : std::string(s.default_value), "; env ",
+               env_name(s.name), "]\n");
   }
   return cache.emplace(std::string(group), std::move(out)).first->second;
 }
@@ -249,8 +257,8 @@ const std::string& options_markdown() {
         for (size_t i = 0; (i = text.find('|', i)) != std::string::npos; i += 2) text.insert(i, "\\");
         return text;
       };
-      out += cat("| `", s.name, "` | ", type_word(s.type), " | `", s.default_value, "` | ",
-                 escape(describe_allowed(s)), " | ", escape(std::string(s.help)), " |\n");
+      out += cat("| `", s.name, "` | ", type_word(s.type), " | `", s.default_value, "` | ", escape(describe_allowed(s)),
+                 " | ", escape(std::string(s.help)), " |\n");
     }
     return out;
   }();

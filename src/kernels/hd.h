@@ -3,7 +3,7 @@
 #pragma once
 
 #if defined(__CUDACC__)
-#define COHORT_HD __host__ __device__ __forceinline__
+#  define COHORT_HD __host__ __device__ __forceinline__
 #else
-#define COHORT_HD inline
+#  define COHORT_HD inline
 #endif

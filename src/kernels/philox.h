@@ -29,7 +29,10 @@ COHORT_HD Philox4 philox4x32(uint64_t counter, uint64_t stream, uint64_t seed) {
     uint32_t lo0 = mulhilo32(0xD2511F53u, c0, &hi0);
     uint32_t lo1 = mulhilo32(0xCD9E8D57u, c2, &hi1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }

@@ -51,8 +51,8 @@ void ensure_initialized() {
     std::atexit(finalize_at_exit);
   }
   if (s.thread_level < MPI_THREAD_SERIALIZED)
-    fail(Code::kMpi, "MPI provides thread level ", s.thread_level,
-         " but cohort needs at least MPI_THREAD_SERIALIZED (", MPI_THREAD_SERIALIZED,
+    fail(Code::kMpi, "MPI provides thread level ", s.thread_level, " but cohort needs at least MPI_THREAD_SERIALIZED (",
+         MPI_THREAD_SERIALIZED,
          "): initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) or let cohort initialize it");
 }
 

@@ -71,11 +71,12 @@ void Runtime::choose_device() {
     device_ = {};
   }
   if (!g_device_logged.exchange(true) && layout_.rank == 0) {
-    std::string cuda_text = probe.device_count > 0 ? cat(probe.device_count, " CUDA devices")
-                                                   : cat("0 CUDA devices: ", probe.why.empty() ? "not probed (device=cpu)" : probe.why);
+    std::string cuda_text = probe.device_count > 0
+                                ? cat(probe.device_count, " CUDA devices")
+                                : cat("0 CUDA devices: ", probe.why.empty() ? "not probed (device=cpu)" : probe.why);
     COHORT_LOG_INFO(layout_.size, " rank", layout_.size == 1 ? "" : "s", ", ", layout_.local_size,
-                    " on this node, device ", device_.to_string(), " (", cuda_text, "), ", thread_budget_,
-                    " thread", thread_budget_ == 1 ? "" : "s", " per rank");
+                    " on this node, device ", device_.to_string(), " (", cuda_text, "), ", thread_budget_, " thread",
+                    thread_budget_ == 1 ? "" : "s", " per rank");
   }
 }
 

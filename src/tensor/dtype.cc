@@ -7,23 +7,37 @@ namespace cohort {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::kF32: case DType::kI32: return 4;
-    case DType::kF16: case DType::kBF16: return 2;
-    case DType::kF64: case DType::kI64: return 8;
-    case DType::kU8: return 1;
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kF64:
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kF16: return "f16";
-    case DType::kBF16: return "bf16";
-    case DType::kF64: return "f64";
-    case DType::kI32: return "i32";
-    case DType::kI64: return "i64";
-    case DType::kU8: return "u8";
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF64:
+      return "f64";
+    case DType::kI32:
+      return "i32";
+    case DType::kI64:
+      return "i64";
+    case DType::kU8:
+      return "u8";
   }
   return "?";
 }
@@ -42,13 +56,20 @@ DType parse_dtype(std::string_view name) {
 
 DLDataType to_dlpack(DType t) {
   switch (t) {
-    case DType::kF32: return {kDLFloat, 32, 1};
-    case DType::kF16: return {kDLFloat, 16, 1};
-    case DType::kBF16: return {kDLBfloat, 16, 1};
-    case DType::kF64: return {kDLFloat, 64, 1};
-    case DType::kI32: return {kDLInt, 32, 1};
-    case DType::kI64: return {kDLInt, 64, 1};
-    case DType::kU8: return {kDLUInt, 8, 1};
+    case DType::kF32:
+      return {kDLFloat, 32, 1};
+    case DType::kF16:
+      return {kDLFloat, 16, 1};
+    case DType::kBF16:
+      return {kDLBfloat, 16, 1};
+    case DType::kF64:
+      return {kDLFloat, 64, 1};
+    case DType::kI32:
+      return {kDLInt, 32, 1};
+    case DType::kI64:
+      return {kDLInt, 64, 1};
+    case DType::kU8:
+      return {kDLUInt, 8, 1};
   }
   return {kDLFloat, 32, 1};
 }

@@ -15,6 +15,6 @@ size_t dtype_size(DType t);
 std::string_view dtype_name(DType t);      // "f32", "f16", ...
 DType parse_dtype(std::string_view name);  // also accepts fp32/fp16/float32/...; throws kInvalidArgument
 DLDataType to_dlpack(DType t);
-DType from_dlpack(DLDataType t);           // throws kInvalidArgument for unsupported types (lanes != 1 too)
+DType from_dlpack(DLDataType t);  // throws kInvalidArgument for unsupported types (lanes != 1 too)
 
 }  // namespace cohort

@@ -11,9 +11,12 @@ namespace cohort {
 
 std::string Device::to_string() const {
   switch (kind) {
-    case Kind::kCpu: return "cpu";
-    case Kind::kCuda: return "cuda:" + std::to_string(id);
-    case Kind::kCudaHost: return "cuda_host";
+    case Kind::kCpu:
+      return "cpu";
+    case Kind::kCuda:
+      return "cuda:" + std::to_string(id);
+    case Kind::kCudaHost:
+      return "cuda_host";
   }
   return "?";
 }
@@ -70,8 +73,7 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, 
   t.numel_ = shape_numel(shape);
   require(data != nullptr || t.numel_ == 0, "tensor of shape ", shape_string(shape), " has a NULL data pointer");
   if (strides.empty()) strides = contiguous_strides(shape);
-  require(strides.size() == shape.size(), "tensor has ", shape.size(), " dimensions but ", strides.size(),
-          " strides");
+  require(strides.size() == shape.size(), "tensor has ", shape.size(), " dimensions but ", strides.size(), " strides");
   t.data_ = data;
   t.shape_ = shape;
   t.strides_ = std::move(strides);
@@ -83,9 +85,12 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, 
 namespace {
 Device device_from_dlpack(DLDevice d) {
   switch (d.device_type) {
-    case kDLCPU: return {Device::Kind::kCpu, 0};
-    case kDLCUDA: return {Device::Kind::kCuda, d.device_id};
-    case kDLCUDAHost: return {Device::Kind::kCudaHost, 0};
+    case kDLCPU:
+      return {Device::Kind::kCpu, 0};
+    case kDLCUDA:
+      return {Device::Kind::kCuda, d.device_id};
+    case kDLCUDAHost:
+      return {Device::Kind::kCudaHost, 0};
     default:
       fail(Code::kInvalidArgument, "unsupported DLPack device type ", int(d.device_type),
            ": expected CPU (1), CUDA (2) or CUDA host (3)");
@@ -146,9 +151,15 @@ DLTensor Tensor::dlpack_view() const {
   DLTensor dl{};
   dl.data = data_;
   switch (device_.kind) {
-    case Device::Kind::kCpu: dl.device = {kDLCPU, 0}; break;
-    case Device::Kind::kCuda: dl.device = {kDLCUDA, device_.id}; break;
-    case Device::Kind::kCudaHost: dl.device = {kDLCUDAHost, 0}; break;
+    case Device::Kind::kCpu:
+      dl.device = {kDLCPU, 0};
+      break;
+    case Device::Kind::kCuda:
+      dl.device = {kDLCUDA, device_.id};
+      break;
+    case Device::Kind::kCudaHost:
+      dl.device = {kDLCUDAHost, 0};
+      break;
   }
   dl.ndim = ndim();
   dl.dtype = cohort::to_dlpack(dtype_);

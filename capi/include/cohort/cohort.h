@@ -10,6 +10,7 @@
 
 #include "cohort/common.h"
 #include "cohort/config.h"
+#include "cohort/build.h"
 #include "cohort/runtime.h"
 #include "cohort/collectives.h"
 

@@ -14,6 +14,8 @@
 
 #include "cohort/version.h"
 
+/** @def COHORT_API
+ *  Marks a function as part of cohort's exported C API. */
 #if defined(_WIN32)
 #  if defined(COHORT_BUILDING_LIBRARY)
 #    define COHORT_API __declspec(dllexport)
@@ -24,9 +26,10 @@
 #  define COHORT_API __attribute__((visibility("default")))
 #endif
 
-/** Marks a function as deprecated and names its replacement. */
+/** @def COHORT_DEPRECATED
+ *  Marks a function as deprecated and names its replacement. */
 #if defined(__GNUC__) || defined(__clang__)
-#  define COHORT_DEPRECATED(replacement) __attribute__((deprecated("use " #replacement " instead")))
+#  define COHORT_DEPRECATED(replacement) __attribute__((deprecated("use " #  replacement " instead")))
 #else
 #  define COHORT_DEPRECATED(replacement)
 #endif
@@ -42,26 +45,27 @@ extern "C" {
  * (100: memory and files, 200: MPI, 300: CUDA/NCCL, 400: JPEG, 500: oneDNN).
  */
 typedef enum cohort_status_t {
-  COHORT_OK = 0,                     /**< Success. */
-  COHORT_ERR_INVALID_ARGUMENT = 1,   /**< A bad key, value, name, shape or pointer. */
-  COHORT_ERR_INVALID_STATE = 2,      /**< The call is not allowed now (e.g. after cohort_finalize()). */
-  COHORT_ERR_UNSUPPORTED = 3,        /**< Valid, but this build or device cannot do it. */
-  COHORT_ERR_MISMATCH = 4,           /**< Ranks disagree (shape, dtype, op, root of a collective). */
-  COHORT_ERR_STALLED = 5,            /**< A collective was not submitted by every rank in time. */
-  COHORT_ERR_CANCELLED = 6,          /**< The request was cancelled (shutdown or an earlier error). */
-  COHORT_ERR_END_OF_DATA = 7,        /**< A source has no more data. */
-  COHORT_ERR_OUT_OF_MEMORY = 100,    /**< An allocation failed. */
-  COHORT_ERR_IO = 101,               /**< A file could not be opened, read or written. */
-  COHORT_ERR_CORRUPT_DATA = 102,     /**< A file or record is malformed (CRC, length, format). */
-  COHORT_ERR_INTERNAL = 103,         /**< A bug in cohort: please report it with the message. */
-  COHORT_ERR_MPI = 200,              /**< An MPI call failed. */
-  COHORT_ERR_PEER_LOST = 201,        /**< A rank is gone; the runtime is poisoned. */
-  COHORT_ERR_CUDA = 300,             /**< A CUDA runtime call failed. */
-  COHORT_ERR_NCCL = 301,             /**< An NCCL call failed. */
-  COHORT_ERR_CUDNN = 302,            /**< A cuDNN call failed. */
-  COHORT_ERR_CUBLAS = 303,           /**< A cuBLAS call failed. */
-  COHORT_ERR_JPEG = 400,             /**< libjpeg-turbo could not decode an image. */
-  COHORT_ERR_DNNL = 500              /**< A oneDNN call failed. */
+  COHORT_OK = 0,                      /**< Success. */
+  COHORT_ERR_INVALID_ARGUMENT = 1,    /**< A bad key, value, name, shape or pointer. */
+  COHORT_ERR_INVALID_STATE = 2,       /**< The call is not allowed now (e.g. after cohort_finalize()). */
+  COHORT_ERR_UNSUPPORTED = 3,         /**< Valid, but this build or device cannot do it. */
+  COHORT_ERR_MISMATCH = 4,            /**< Ranks disagree (shape, dtype, op, root of a collective). */
+  COHORT_ERR_STALLED = 5,             /**< A collective was not submitted by every rank in time. */
+  COHORT_ERR_CANCELLED = 6,           /**< The request was cancelled (shutdown or an earlier error). */
+  COHORT_ERR_END_OF_DATA = 7,         /**< A source has no more data. */
+  COHORT_ERR_OUT_OF_MEMORY = 100,     /**< An allocation failed. */
+  COHORT_ERR_IO = 101,                /**< A file could not be opened, read or written. */
+  COHORT_ERR_CORRUPT_DATA = 102,      /**< A file or record is malformed (CRC, length, format). */
+  COHORT_ERR_INTERNAL = 103,          /**< A bug in cohort: please report it with the message. */
+  COHORT_ERR_MPI = 200,               /**< An MPI call failed. */
+  COHORT_ERR_PEER_LOST = 201,         /**< A rank is gone; the runtime is poisoned. */
+  COHORT_ERR_CUDA = 300,              /**< A CUDA runtime call failed. */
+  COHORT_ERR_NCCL = 301,              /**< An NCCL call failed. */
+  COHORT_ERR_CUDNN = 302,             /**< A cuDNN call failed. */
+  COHORT_ERR_CUBLAS = 303,            /**< A cuBLAS call failed. */
+  COHORT_ERR_JPEG = 400,              /**< libjpeg-turbo could not decode an image. */
+  COHORT_ERR_DNNL = 500,              /**< A oneDNN call failed. */
+  COHORT_STATUS_MAX_ENUM = 0x7FFFFFFF /**< Not a status: keeps the enum 32-bit for any value. */
 } cohort_status_t;
 
 /**

@@ -26,31 +26,33 @@ typedef struct cohort_config_t cohort_config_t;
 
 /** The type of an option's value. */
 typedef enum cohort_option_type_t {
-  COHORT_OPTION_INT = 0,     /**< A signed 64-bit integer within [min, max]. */
-  COHORT_OPTION_FLOAT = 1,   /**< A double within [min, max]. */
-  COHORT_OPTION_BOOL = 2,    /**< true/false, 1/0, yes/no, on/off. */
-  COHORT_OPTION_STRING = 3,  /**< Free text (paths, names). */
-  COHORT_OPTION_CHOICE = 4   /**< One of a fixed list of words (see choices). */
+  COHORT_OPTION_INT = 0,                   /**< A signed 64-bit integer within [min, max]. */
+  COHORT_OPTION_FLOAT = 1,                 /**< A double within [min, max]. */
+  COHORT_OPTION_BOOL = 2,                  /**< true/false, 1/0, yes/no, on/off. */
+  COHORT_OPTION_STRING = 3,                /**< Free text (paths, names). */
+  COHORT_OPTION_CHOICE = 4,                /**< One of a fixed list of words (see choices). */
+  COHORT_OPTION_TYPE_MAX_ENUM = 0x7FFFFFFF /**< Not a type: keeps the enum 32-bit. */
 } cohort_option_type_t;
 
 /** Where a value returned by a getter came from. */
 typedef enum cohort_option_source_t {
-  COHORT_SOURCE_DEFAULT = 0,     /**< The registry's default. */
-  COHORT_SOURCE_ENVIRONMENT = 1, /**< The variable COHORT_<KEY>. */
-  COHORT_SOURCE_EXPLICIT = 2     /**< cohort_config_set*() or cohort_config_parse_args(). */
+  COHORT_SOURCE_DEFAULT = 0,          /**< The registry's default. */
+  COHORT_SOURCE_ENVIRONMENT = 1,      /**< The variable COHORT_<KEY>. */
+  COHORT_SOURCE_EXPLICIT = 2,         /**< cohort_config_set*() or cohort_config_parse_args(). */
+  COHORT_SOURCE_MAX_ENUM = 0x7FFFFFFF /**< Not a source: keeps the enum 32-bit. */
 } cohort_option_source_t;
 
 /** Description of one option, filled by cohort_option_describe(). */
 typedef struct cohort_option_info_t {
-  size_t struct_size;            /**< Set by the caller to sizeof(cohort_option_info_t). */
-  const char* name;              /**< snake_case key. Static storage. */
-  cohort_option_type_t type;     /**< Value type. */
-  const char* default_value;     /**< Default as text. Static storage. */
-  double min;                    /**< Lower bound (INT and FLOAT). */
-  double max;                    /**< Upper bound (INT and FLOAT). */
-  const char* choices;           /**< CHOICE: allowed words separated by '|'; else "". */
-  const char* group;             /**< Subsystem the option belongs to, e.g. "data". */
-  const char* help;              /**< One-sentence description. Static storage. */
+  size_t struct_size;        /**< Set by the caller to sizeof(cohort_option_info_t). */
+  const char* name;          /**< snake_case key. Static storage. */
+  cohort_option_type_t type; /**< Value type. */
+  const char* default_value; /**< Default as text. Static storage. */
+  double min;                /**< Lower bound (INT and FLOAT). */
+  double max;                /**< Upper bound (INT and FLOAT). */
+  const char* choices;       /**< CHOICE: allowed words separated by '|'; else "". */
+  const char* group;         /**< Subsystem the option belongs to, e.g. "data". */
+  const char* help;          /**< One-sentence description. Static storage. */
 } cohort_option_info_t;
 
 /** Flags for cohort_config_parse_args(). */
@@ -103,8 +105,8 @@ COHORT_API cohort_status_t cohort_config_unset(cohort_config_t* config, const ch
  *   @p needed says how much is needed), or a bad value in the environment variable
  *   (the message names the variable).
  */
-COHORT_API cohort_status_t cohort_config_get(const cohort_config_t* config, const char* key,
-                                             char* buffer, size_t size, size_t* needed);
+COHORT_API cohort_status_t cohort_config_get(const cohort_config_t* config, const char* key, char* buffer, size_t size,
+                                             size_t* needed);
 /** @brief Reads an INT option. ::COHORT_ERR_INVALID_ARGUMENT if the key is not INT. */
 COHORT_API cohort_status_t cohort_config_get_int(const cohort_config_t* config, const char* key, int64_t* value);
 /** @brief Reads an INT or FLOAT option as a double. */
@@ -128,11 +130,12 @@ COHORT_API cohort_status_t cohort_config_source(const cohort_config_t* config, c
  * @param[out] out_argc Number of arguments handed back; may be NULL.
  * @param[out] out_argv Array of at least @p argc pointers, receiving borrowed pointers
  *   into @p argv; may be NULL.
- * @return ::COHORT_ERR_INVALID_ARGUMENT on the first bad value or missing value (the
- *   message names the flag); values consumed before it stay set.
+ * @return ::COHORT_ERR_INVALID_ARGUMENT on the first bad or missing value, or an
+ *   unknown option under ::COHORT_PARSE_STRICT (the message names the flag); the config
+ *   and the outputs are then unchanged.
  */
-COHORT_API cohort_status_t cohort_config_parse_args(cohort_config_t* config, int argc, char** argv,
-                                                    unsigned flags, int* out_argc, char** out_argv);
+COHORT_API cohort_status_t cohort_config_parse_args(cohort_config_t* config, int argc, char** argv, unsigned flags,
+                                                    int* out_argc, char** out_argv);
 
 /**
  * @brief Describes a registry key (type, default, bounds, choices, help).

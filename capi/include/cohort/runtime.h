@@ -24,24 +24,25 @@ typedef struct cohort_runtime_t cohort_runtime_t;
 
 /** Kind of compute device a runtime uses. */
 typedef enum cohort_device_type_t {
-  COHORT_DEVICE_CPU = 0,
-  COHORT_DEVICE_CUDA = 1
+  COHORT_DEVICE_CPU = 0,              /**< The host CPU (oneDNN). */
+  COHORT_DEVICE_CUDA = 1,             /**< An NVIDIA GPU (cuDNN, cuBLAS, NCCL). */
+  COHORT_DEVICE_MAX_ENUM = 0x7FFFFFFF /**< Not a device: keeps the enum 32-bit. */
 } cohort_device_type_t;
 
 /** What a runtime sees, filled by cohort_runtime_info(). */
 typedef struct cohort_runtime_info_t {
-  size_t struct_size;          /**< Set by the caller to sizeof(cohort_runtime_info_t). */
-  int rank;                    /**< This process's rank in the job, 0..size-1. */
-  int size;                    /**< Number of ranks in the job. */
-  int local_rank;              /**< Rank among the ranks on this node. */
-  int local_size;              /**< Ranks on this node. */
-  int cross_rank;              /**< Index of this node among nodes with this local_rank. */
-  int cross_size;              /**< Number of nodes with a rank of this local_rank. */
-  int thread_budget;           /**< Threads this rank may use: cores / local ranks, or threads_per_rank. */
+  size_t struct_size;               /**< Set by the caller to sizeof(cohort_runtime_info_t). */
+  int rank;                         /**< This process's rank in the job, 0..size-1. */
+  int size;                         /**< Number of ranks in the job. */
+  int local_rank;                   /**< Rank among the ranks on this node. */
+  int local_size;                   /**< Ranks on this node. */
+  int cross_rank;                   /**< Index of this node among nodes with this local_rank. */
+  int cross_size;                   /**< Number of nodes with a rank of this local_rank. */
+  int thread_budget;                /**< Threads this rank may use: cores / local ranks, or threads_per_rank. */
   cohort_device_type_t device_type; /**< Compute device kind. */
-  int device_id;               /**< CUDA device ordinal, or -1 for the CPU. */
-  int cuda_device_count;       /**< GPUs visible to this process (0 without GPU or without CUDA). */
-  int mpi_thread_level;        /**< The thread level MPI provides (MPI_THREAD_*). */
+  int device_id;                    /**< CUDA device ordinal, or -1 for the CPU. */
+  int cuda_device_count;            /**< GPUs visible to this process (0 without GPU or without CUDA). */
+  int mpi_thread_level;             /**< The thread level MPI provides (MPI_THREAD_*). */
 } cohort_runtime_info_t;
 
 /**
@@ -79,8 +80,8 @@ COHORT_API cohort_status_t cohort_runtime_size(const cohort_runtime_t* runtime, 
  * @brief The compute device as text: "cpu" or "cuda:N".
  * @param buffer, size, needed As cohort_config_get().
  */
-COHORT_API cohort_status_t cohort_runtime_device(const cohort_runtime_t* runtime, char* buffer,
-                                                 size_t size, size_t* needed);
+COHORT_API cohort_status_t cohort_runtime_device(const cohort_runtime_t* runtime, char* buffer, size_t size,
+                                                 size_t* needed);
 
 /**
  * @brief The runtime's effective configuration (explicit values, environment, defaults).

@@ -1,0 +1,185 @@
+"""Running cohortrun from Python: stream its output, return the run summary."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+SUMMARY_SCHEMA = "cohort.run/1"
+
+
+class CohortRunError(RuntimeError):
+    """cohortrun failed: bad input (status 2), a failing rank, or a stopped job.
+
+    ``returncode`` is cohortrun's exit status and ``output`` the last lines it printed
+    (the line naming the failing rank among them)."""
+
+    def __init__(self, message, returncode, output):
+        super().__init__(message)
+        self.returncode = returncode
+        self.output = output
+
+
+def find_cohortrun():
+    """The cohortrun to use: $COHORTRUN, the build tree this package was copied into,
+    or cohortrun on PATH."""
+    candidates = [os.environ.get("COHORTRUN")]
+    try:
+        from . import _build_config  # written by CMake into the build tree's copy
+        candidates.append(_build_config.COHORTRUN)
+    except ImportError:
+        pass
+    candidates.append(shutil.which("cohortrun"))
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError("cohortrun was not found: set COHORTRUN=/path/to/cohortrun, put it on PATH, or use "
+                            "this package from the build tree (PYTHONPATH=<build>/launcher/python)")
+
+
+_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+
+
+def _untagged(line):
+    """The line without the "[1,0]<stdout>:" prefix that --tag-output adds."""
+    return _TAG.sub("", line, count=1)
+
+
+def is_summary_line(line):
+    """True for a run-summary line (after any --tag-output prefix): a JSON object whose
+    "schema" is "cohort.run/1"."""
+    text = _untagged(line).strip()
+    if not text.startswith("{") or SUMMARY_SCHEMA not in text:
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("schema") == SUMMARY_SCHEMA
+
+
+def options_to_args(options):
+    """{"fusion_threshold_mb": 64, "json": True} → ["--fusion_threshold_mb=64", "--json=true"]."""
+    args = []
+    for key, value in (options or {}).items():
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        args.append(f"--{key}={value}")
+    return args
+
+
+def _launcher_args(hosts, hostfile, settings, env, mpi_args, nccl_debug, tag_output, output_dir, json_summary):
+    args = []
+    if hosts:
+        args += ["-H", hosts if isinstance(hosts, str) else ",".join(hosts)]
+    if hostfile:
+        args += ["--hostfile", str(hostfile)]
+    args += options_to_args(settings)
+    for name, value in (env or {}).items():
+        args += ["--env", f"{name}={value}"]
+    if mpi_args:
+        args += ["--mpi-args", mpi_args]
+    if nccl_debug:
+        args += ["--nccl-debug", nccl_debug]
+    if tag_output:
+        args.append("--tag-output")
+    if output_dir:
+        args += ["--output-dir", str(output_dir)]
+    if json_summary:
+        args.append("--json")
+    return args
+
+
+def _stream(command, echo, on_line=None):
+    """Runs command, echoing each line as it arrives; returns (status, last lines)."""
+    tail = []
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+                            errors="replace")
+    try:
+        for line in proc.stdout:
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            tail.append(line.rstrip("\n"))
+            del tail[:-40]
+            if on_line:
+                on_line(line)
+        proc.wait()
+    except KeyboardInterrupt:
+        # A notebook's "interrupt kernel": cohortrun forwards it and tears the job down.
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    finally:
+        proc.stdout.close()
+    return proc.returncode, tail
+
+
+def _failure(what, status, tail):
+    reason = next((l for l in reversed(tail) if l.startswith("cohortrun: ")), None)
+    return CohortRunError(f"{what} failed with exit status {status}" + (f" ({reason})" if reason else ""), status,
+                          "\n".join(tail))
+
+
+def run(np, program, args=(), *, hosts=None, hostfile=None, settings=None, env=None, mpi_args=None,
+        nccl_debug=None, tag_output=False, output_dir=None, json_summary=True, echo=True, check=True,
+        cohortrun=None):
+    """Runs ``cohortrun -np NP [options] -- PROGRAM ARGS`` and returns its run summary.
+
+    Output streams to this process's stdout (a notebook cell) while the job runs.
+    ``settings`` are library options ({"batch_size": 64} → --batch_size=64), ``env``
+    extra variables for every rank, ``json_summary`` asks the program for its summary
+    line (--json). Returns the summary as a dict, or None when the program printed none.
+    Raises CohortRunError when the job fails (``check``) and KeyboardInterrupt after
+    stopping the job when interrupted."""
+    command = [cohortrun or find_cohortrun(), "-np", str(np)]
+    command += _launcher_args(hosts, hostfile, settings, env, mpi_args, nccl_debug, tag_output, output_dir,
+                              json_summary)
+    command += ["--", str(program)] + [str(a) for a in args]
+    found = []
+    status, tail = _stream(command, echo, lambda line: found.append(line) if is_summary_line(line) else None)
+    if status != 0 and check:
+        raise _failure(f"cohortrun -np {np} {program}", status, tail)
+    return json.loads(_untagged(found[-1])) if found else None
+
+
+def sweep(np, program, args=(), *, hosts=None, hostfile=None, settings=None, env=None, mpi_args=None,
+          nccl_debug=None, out=None, echo=True, check=True, cohortrun=None):
+    """Runs ``cohortrun sweep -np N1,N2,…`` and returns the scaling table as a list of
+    dicts (ranks, images_per_sec, speedup, efficiency, exit_status, error, summary).
+
+    ``out`` is the prefix of the CSV and JSON files cohortrun writes (a temporary one
+    when None). Raises CohortRunError when a size failed and ``check`` is true."""
+    sizes = ",".join(str(n) for n in (np if isinstance(np, (list, tuple)) else [np]))
+    with tempfile.TemporaryDirectory() as scratch:
+        prefix = str(out) if out else os.path.join(scratch, "sweep")
+        command = [cohortrun or find_cohortrun(), "sweep", "-np", sizes, "--sweep-out", prefix]
+        command += _launcher_args(hosts, hostfile, settings, env, mpi_args, nccl_debug, False, None, False)
+        command += ["--", str(program)] + [str(a) for a in args]
+        status, tail = _stream(command, echo)
+        rows = []
+        if os.path.exists(prefix + ".json"):
+            with open(prefix + ".json") as f:
+                rows = json.load(f)["runs"]
+    if status != 0 and check:
+        raise _failure(f"cohortrun sweep -np {sizes} {program}", status, tail)
+    return rows
+
+
+def format_table(rows):
+    """The scaling table as text, as cohortrun sweep prints it."""
+    lines = ["ranks  images/sec   speedup  efficiency"]
+    for r in rows:
+        if r.get("images_per_sec") is None:
+            lines.append(f"{r['ranks']:5d}  {'-':>10}  {'-':>8}  {'-':>10}  ({r.get('error')})")
+        else:
+            lines.append(f"{r['ranks']:5d}  {r['images_per_sec']:10.1f}  {r['speedup']:7.2f}x  "
+                         f"{100 * r['efficiency']:9.1f}%")
+    return "\n".join(lines)

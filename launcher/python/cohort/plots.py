@@ -1,0 +1,75 @@
+"""The labs' figures: real-data vs synthetic images/sec per model (equal axes), the
+real/synthetic ratio per model, and scaling efficiency by rank count. Each helper
+draws on ``ax`` (a new figure when None) and returns the Axes."""
+
+
+def _axes(ax, size=(5, 5)):
+    if ax is not None:
+        return ax
+    import matplotlib.pyplot as plt
+    _, ax = plt.subplots(figsize=size)
+    return ax
+
+
+def _rate(value):
+    """A number, or a run summary's global images/sec median."""
+    if isinstance(value, dict):
+        return float(value["images_per_sec"]["median"])
+    return float(value)
+
+
+def plot_real_vs_synthetic(results, ax=None, title="Real data vs synthetic data"):
+    """results: {model: (synthetic, real)}, each a number or a run summary. A scatter
+    with equal axes and the y = x line: points far below it are input-bound."""
+    ax = _axes(ax)
+    synthetic = [_rate(s) for s, _ in results.values()]
+    real = [_rate(r) for _, r in results.values()]
+    ax.scatter(synthetic, real)
+    for model, x, y in zip(results, synthetic, real):
+        ax.annotate(model, (x, y), textcoords="offset points", xytext=(4, 4))
+    top = 1.08 * max(synthetic + real + [1.0])
+    ax.plot([0, top], [0, top], linestyle="--", linewidth=1, color="gray", label="real = synthetic")
+    ax.set_xlim(0, top)
+    ax.set_ylim(0, top)
+    ax.set_aspect("equal")
+    ax.set_xlabel("synthetic data, images/sec")
+    ax.set_ylabel("real data, images/sec")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    return ax
+
+
+def plot_ratio(results, ax=None, title="Real / synthetic images/sec"):
+    """results: {model: (synthetic, real)}. A bar per model of real / synthetic."""
+    ax = _axes(ax, (6, 4))
+    models = list(results)
+    ratios = [_rate(r) / _rate(s) for s, r in results.values()]
+    bars = ax.bar(models, ratios)
+    for bar, ratio in zip(bars, ratios):
+        ax.annotate(f"{ratio:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                    va="bottom", textcoords="offset points", xytext=(0, 2))
+    ax.axhline(1.0, linestyle="--", linewidth=1, color="gray")
+    ax.set_ylim(0, max(ratios + [1.0]) * 1.15)
+    ax.set_ylabel("real / synthetic")
+    ax.set_title(title)
+    return ax
+
+
+def plot_scaling_efficiency(rows, ax=None, title="Scaling efficiency"):
+    """rows: a sweep table (list of dicts with ranks and efficiency), or {label: rows}
+    for several series. Efficiency in percent against the number of ranks, with 100%."""
+    ax = _axes(ax, (6, 4))
+    series = rows if isinstance(rows, dict) else {"measured": rows}
+    ranks_seen = set()
+    for label, table in series.items():
+        points = [(r["ranks"], 100 * r["efficiency"]) for r in table if r.get("efficiency") is not None]
+        ranks_seen.update(p[0] for p in points)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+    ax.axhline(100, linestyle="--", linewidth=1, color="gray", label="ideal")
+    ax.set_xticks(sorted(ranks_seen))
+    ax.set_ylim(0, 110)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("efficiency, %")
+    ax.set_title(title)
+    ax.legend()
+    return ax

@@ -1,0 +1,337 @@
+#include "command_line.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <map>
+#include <optional>
+
+#include <cohort/cohort.h>
+
+#include "text.h"
+
+namespace cohortrun {
+namespace {
+
+// Launcher-only long options, normalised ('-' → '_'), and whether they take a value.
+struct LauncherOption {
+  const char* name;
+  bool takes_value;
+};
+constexpr LauncherOption kLauncherOptions[] = {
+    {"np", true},          {"host", true},      {"hostfile", true},         {"dry_run", false},
+    {"mpi_args", true},    {"env", true},       {"nccl_debug", true},       {"output_dir", true},
+    {"tag_output", false}, {"mpirun", true},    {"check_build", false},     {"help", false},
+    {"version", false},    {"sweep_out", true}, {"no_rank_monitor", false},
+};
+
+std::string normalize(std::string_view flag) {
+  std::string key(flag);
+  for (char& c : key) c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return key;
+}
+
+std::string upper(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+const LauncherOption* find_launcher_option(const std::string& key) {
+  for (const LauncherOption& o : kLauncherOptions)
+    if (key == o.name) return &o;
+  return nullptr;
+}
+
+// The registry's description of a key, or nullopt when it is not a library setting.
+std::optional<cohort_option_info_t> describe(const std::string& key) {
+  cohort_option_info_t info{};
+  info.struct_size = sizeof info;
+  if (cohort_option_describe(key.c_str(), &info) != COHORT_OK) return std::nullopt;
+  return info;
+}
+
+std::string suggest(const std::string& key) {
+  std::string best;
+  size_t best_distance = 4;
+  auto consider = [&](std::string_view candidate, char separator) {
+    const size_t d = edit_distance(key, candidate);
+    if (d < best_distance) {
+      best_distance = d;
+      best = candidate;
+      std::replace(best.begin(), best.end(), '_', separator);
+    }
+  };
+  for (const LauncherOption& o : kLauncherOptions) consider(o.name, '-');
+  for (size_t i = 0; i < cohort_option_count(); ++i) consider(cohort_option_name(i), '_');
+  return best.empty() ? "" : " (did you mean --" + best + "?)";
+}
+
+// Validates a library setting through the public API and returns its canonical text.
+std::string canonical_setting(const std::string& key, const std::string& value, const std::string& origin) {
+  cohort_config_t* cfg = nullptr;
+  if (cohort_config_create(&cfg) != COHORT_OK) throw UsageError("cannot create a cohort config");
+  std::string result;
+  std::string error;
+  if (cohort_config_set(cfg, key.c_str(), value.c_str()) != COHORT_OK) {
+    error = cohort_last_error();
+  } else {
+    char buffer[4096];
+    if (cohort_config_get(cfg, key.c_str(), buffer, sizeof buffer, nullptr) == COHORT_OK)
+      result = buffer;
+    else
+      result = value;
+  }
+  cohort_config_destroy(cfg);
+  if (!error.empty()) {
+    // "cohort_config_set: option 'x' ..." → keep the part after the function name.
+    const size_t colon = error.find(": ");
+    throw UsageError(origin + ": " + (colon == std::string::npos ? error : error.substr(colon + 2)));
+  }
+  return result;
+}
+
+int parse_rank_count(const std::string& text, const std::string& flag) {
+  int value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size())
+    throw UsageError(flag + " " + text + ": the number of ranks must be an integer of at least 1");
+  if (value < 1) throw UsageError(flag + " " + text + ": the number of ranks must be at least 1");
+  return value;
+}
+
+bool valid_env_name(std::string_view name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+class Parser {
+ public:
+  explicit Parser(const std::vector<std::string>& args) : args_(args) {}
+
+  Request parse() {
+    size_t i = 0;
+    if (!args_.empty() && args_[0] == "sweep") {
+      request_.mode = Mode::kSweep;
+      i = 1;
+    }
+    for (; i < args_.size(); ++i) {
+      const std::string& arg = args_[i];
+      if (arg == "--") {
+        program_from(i + 1);
+        break;
+      }
+      if (arg.size() < 2 || arg[0] != '-') {
+        program_from(i);
+        break;
+      }
+      i = option(i);
+    }
+    finish();
+    return std::move(request_);
+  }
+
+ private:
+  void program_from(size_t i) { request_.program.assign(args_.begin() + static_cast<long>(i), args_.end()); }
+
+  // The value of an option: "--k=v" or the next argument. Returns the index consumed.
+  size_t value_of(size_t i, const std::string& flag, const std::optional<std::string>& inline_value,
+                  std::string& value) {
+    if (inline_value) {
+      value = *inline_value;
+      return i;
+    }
+    if (i + 1 >= args_.size()) throw UsageError(flag + " needs a value");
+    value = args_[i + 1];
+    return i + 1;
+  }
+
+  size_t option(size_t i) {
+    const std::string& arg = args_[i];
+    // Single-dash options of mpirun's spelling.
+    if (arg == "-np" || arg == "-n") return launcher("np", arg, std::nullopt, i);
+    if (arg == "-H") return launcher("host", arg, std::nullopt, i);
+    if (arg == "-h") return launcher("help", arg, std::nullopt, i);
+    if (arg.rfind("--", 0) != 0)
+      throw UsageError("unknown option '" + arg + "'" + suggest(normalize(arg.substr(1))) + "; see cohortrun --help");
+    const size_t eq = arg.find('=');
+    const std::string flag = arg.substr(0, eq);
+    std::optional<std::string> inline_value;
+    if (eq != std::string::npos) inline_value = arg.substr(eq + 1);
+    const std::string key = normalize(flag.substr(2));
+    if (find_launcher_option(key)) return launcher(key, flag, inline_value, i);
+    return setting(key, flag, inline_value, i);
+  }
+
+  size_t launcher(const std::string& key, const std::string& flag, const std::optional<std::string>& inline_value,
+                  size_t i) {
+    const LauncherOption* spec = find_launcher_option(key);
+    std::string value;
+    if (spec->takes_value) {
+      i = value_of(i, flag, inline_value, value);
+    } else if (inline_value) {
+      throw UsageError(flag + " takes no value (got '" + *inline_value + "')");
+    }
+    if (key == "np") {
+      if (np_text_) throw UsageError("-np is given twice (" + *np_text_ + " and " + value + ")");
+      np_text_ = value;
+    } else if (key == "host") {
+      if (!request_.host_list.empty()) throw UsageError("-H is given twice; list every host in one -H a:2,b:2");
+      request_.host_list = value;
+      if (value.empty()) throw UsageError("-H: the host list is empty (expected host[:slots],…)");
+    } else if (key == "hostfile") {
+      request_.hostfile = value;
+      if (value.empty()) throw UsageError("--hostfile needs a file name");
+    } else if (key == "dry_run") {
+      request_.dry_run = true;
+    } else if (key == "mpi_args") {
+      request_.mpi_args.push_back(value);
+    } else if (key == "env") {
+      const size_t eq = value.find('=');
+      if (eq == std::string::npos || !valid_env_name(value.substr(0, eq)))
+        throw UsageError("--env " + value + ": expected NAME=VALUE with NAME made of letters, digits and _");
+      add_env(value.substr(0, eq), value.substr(eq + 1), "--env " + value);
+    } else if (key == "nccl_debug") {
+      const std::string level = upper(value);
+      if (level != "VERSION" && level != "WARN" && level != "INFO" && level != "TRACE" && level != "ABORT")
+        throw UsageError("--nccl-debug " + value + ": expected one of VERSION, WARN, INFO, TRACE, ABORT");
+      add_export("NCCL_DEBUG", level, "--nccl-debug " + value);
+    } else if (key == "output_dir") {
+      if (value.empty()) throw UsageError("--output-dir needs a directory name");
+      request_.output_dir = value;
+    } else if (key == "tag_output") {
+      request_.tag_output = true;
+    } else if (key == "no_rank_monitor") {
+      request_.rank_monitor = false;
+    } else if (key == "mpirun") {
+      request_.mpirun = value;
+    } else if (key == "sweep_out") {
+      request_.sweep_prefix = value;
+    } else if (key == "check_build" || key == "help" || key == "version") {
+      const Mode mode = key == "check_build" ? Mode::kCheckBuild : key == "help" ? Mode::kHelp : Mode::kVersion;
+      if (special_ && *special_ != flag) throw UsageError(*special_ + " and " + flag + " cannot be combined");
+      special_ = flag;
+      special_mode_ = mode;
+    }
+    return i;
+  }
+
+  size_t setting(const std::string& key, const std::string& flag, const std::optional<std::string>& inline_value,
+                 size_t i) {
+    std::optional<cohort_option_info_t> info = describe(key);
+    std::string value;
+    if (!info && key.rfind("no_", 0) == 0) {  // --no-json
+      info = describe(key.substr(3));
+      if (!info || info->type != COHORT_OPTION_BOOL || inline_value)
+        throw UsageError("unknown option '" + flag + "'" + suggest(key) + "; see cohortrun --help");
+      value = "false";
+    } else if (!info) {
+      throw UsageError("unknown option '" + flag + "'" + suggest(key) + "; see cohortrun --help");
+    } else if (info->type == COHORT_OPTION_BOOL && !inline_value) {
+      value = "true";
+    } else {
+      i = value_of(i, flag, inline_value, value);
+    }
+    const std::string origin = flag + "=" + value;
+    add_export("COHORT_" + upper(info->name), canonical_setting(info->name, value, origin), origin);
+    return i;
+  }
+
+  void add_env(const std::string& name, const std::string& value, const std::string& origin) {
+    if (name.rfind("COHORT_", 0) == 0) {
+      const std::string key = normalize(name.substr(7));
+      if (describe(key)) {
+        add_export(name, canonical_setting(key, value, origin), origin);
+        return;
+      }
+    }
+    add_export(name, value, origin);
+  }
+
+  void add_export(const std::string& name, const std::string& value, const std::string& origin) {
+    for (const Export& e : request_.exports) {
+      if (e.name != name) continue;
+      if (e.value == value) return;
+      throw UsageError(name + " is given twice with different values: by " + e.origin + " and by " + origin);
+    }
+    request_.exports.push_back({name, value, origin});
+  }
+
+  void finish() {
+    if (special_) {
+      if (request_.mode == Mode::kSweep) throw UsageError(*special_ + " cannot be combined with sweep");
+      const bool other = np_text_ || !request_.program.empty() || !request_.host_list.empty() ||
+                         !request_.hostfile.empty() || request_.dry_run || !request_.mpi_args.empty() ||
+                         !request_.exports.empty() || !request_.output_dir.empty() || request_.tag_output ||
+                         !request_.rank_monitor;
+      if (other && special_mode_ != Mode::kHelp) throw UsageError(*special_ + " takes no other option and no program");
+      request_.mode = special_mode_;
+      return;
+    }
+    if (!request_.host_list.empty() && !request_.hostfile.empty())
+      throw UsageError("-H and --hostfile cannot be combined: give the hosts one way");
+    if (!request_.sweep_prefix.empty() && request_.mode != Mode::kSweep)
+      throw UsageError("--sweep-out is only for cohortrun sweep");
+    if (!np_text_)
+      throw UsageError(request_.mode == Mode::kSweep ? "missing -np N1,N2,… (the sizes to sweep)"
+                                                     : "missing -np N (the number of ranks)");
+    if (request_.mode == Mode::kSweep) {
+      if (request_.dry_run) throw UsageError("--dry-run cannot be combined with sweep");
+      size_t start = 0;
+      while (true) {
+        const size_t comma = np_text_->find(',', start);
+        request_.sweep_sizes.push_back(parse_rank_count(np_text_->substr(start, comma - start), "-np"));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+    } else {
+      request_.np = parse_rank_count(*np_text_, "-np");
+    }
+    if (request_.program.empty()) throw UsageError("no program to run: cohortrun -np N [options] -- PROGRAM ARGS");
+  }
+
+  const std::vector<std::string>& args_;
+  Request request_;
+  std::optional<std::string> np_text_;
+  std::optional<std::string> special_;
+  Mode special_mode_ = Mode::kRun;
+};
+
+}  // namespace
+
+Request parse_command_line(const std::vector<std::string>& args) { return Parser(args).parse(); }
+
+std::string usage_text() {
+  return R"(usage: cohortrun -np N [-H host:slots,…|--hostfile FILE] [options] [--] PROGRAM [ARGS…]
+       cohortrun sweep -np N1,N2,… [options] [--] PROGRAM [ARGS…]
+       cohortrun --check-build
+
+Starts PROGRAM on N ranks through Open MPI's mpirun with the recommended flags
+(-bind-to none -map-by slot -mca pml ob1 -mca btl self,vader,tcp), exporting PATH,
+LD_LIBRARY_PATH, NCCL_*, COHORT_* and OMP_* (those that are set), OMP_WAIT_POLICY=PASSIVE
+and COHORT_PROGRESS=tty|plain. The exit status is the job's.
+
+Launcher options:
+  -np N, -n N           ranks to start (sweep: a list such as 1,2,4)
+  -H host:slots,…       hosts and their slots (Open MPI's -H)
+  --hostfile FILE       an Open MPI hostfile
+  --dry-run             print the mpirun command (shell-quoted) instead of running it
+  --mpi-args "…"        extra mpirun arguments; they override the recommended ones
+  --env NAME=VALUE      set a variable on every rank
+  --nccl-debug LEVEL    NCCL_DEBUG on every rank (VERSION, WARN, INFO, TRACE, ABORT)
+  --output-dir DIR      also write each rank's output to DIR/1/rank.N/{stdout,stderr}
+  --tag-output          prefix each output line with the rank that wrote it
+  --no-rank-monitor     start PROGRAM directly, not under cohortrun-monitor (which names a
+                        rank that fails; it must be at the same path on every host)
+  --mpirun PATH         the mpirun to use (default: mpirun on PATH)
+  --sweep-out PREFIX    sweep: write PREFIX.csv and PREFIX.json (default: cohort-sweep)
+  --check-build         print what this build of cohort can do
+  --help, --version
+
+Library settings (sent to the ranks as COHORT_<KEY>; '-' and '_' alike):
+  --key=value or --key value; booleans also --key and --no-key. They are:
+)";
+}
+
+}  // namespace cohortrun

@@ -1,0 +1,45 @@
+// cohortrun's command line: launcher options, library settings (registry keys, which
+// reach the ranks as COHORT_<KEY>), and the program with its arguments. Parsing only
+// validates what needs no file system; plan.h checks files, programs and hosts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace cohortrun {
+
+// One variable the ranks receive as `-x NAME=VALUE`, and which option asked for it.
+struct Export {
+  std::string name;
+  std::string value;
+  std::string origin;  // "--batch_size=32", "--env K=V", "--nccl-debug INFO"
+};
+
+enum class Mode { kRun, kSweep, kCheckBuild, kHelp, kVersion };
+
+struct Request {
+  Mode mode = Mode::kRun;
+  int np = 0;                    // kRun: ranks (0 = not given)
+  std::vector<int> sweep_sizes;  // kSweep: -np 1,2,4
+  std::string host_list;         // -H
+  std::string hostfile;          // --hostfile
+  bool dry_run = false;
+  std::vector<std::string> mpi_args;  // each --mpi-args text, unsplit
+  std::vector<Export> exports;        // library settings, --env, --nccl-debug, in command-line order
+  std::string output_dir;             // --output-dir
+  bool tag_output = false;
+  bool rank_monitor = true;          // run each rank under cohortrun-monitor
+  std::string mpirun;                // --mpirun PATH ("" = mpirun on PATH)
+  std::string sweep_prefix;          // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
+  std::vector<std::string> program;  // PROGRAM ARGS...
+};
+
+// Parses everything after argv[0]. Throws UsageError for unknown options (with the
+// nearest valid name), bad values (naming the key, value and what is allowed),
+// N < 1, and options that conflict with each other.
+Request parse_command_line(const std::vector<std::string>& args);
+
+// The --help text.
+std::string usage_text();
+
+}  // namespace cohortrun

@@ -1,0 +1,244 @@
+#include "job.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+
+namespace cohortrun {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kKeepStderr = 256 * 1024;
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+void write_all(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the reader is gone; keep running the job
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// Processes whose parent is this process (the job's orphans, adopted by the subreaper).
+std::vector<pid_t> own_children() {
+  std::vector<pid_t> pids;
+  const pid_t self = getpid();
+  DIR* proc = opendir("/proc");
+  if (!proc) return pids;
+  while (dirent* entry = readdir(proc)) {
+    const char* name = entry->d_name;
+    if (name[0] < '0' || name[0] > '9') continue;
+    std::ifstream stat(std::string("/proc/") + name + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    const size_t paren = text.rfind(')');
+    if (paren == std::string::npos || paren + 4 >= text.size()) continue;
+    // ") S PPID ..."
+    const size_t ppid_at = text.find(' ', paren + 2);
+    if (ppid_at == std::string::npos) continue;
+    if (std::atoi(text.c_str() + ppid_at + 1) == self) pids.push_back(std::atoi(name));
+  }
+  closedir(proc);
+  return pids;
+}
+
+class Job {
+ public:
+  Job(const std::vector<std::string>& argv, const JobOptions& options) : argv_(argv), options_(options) {}
+
+  JobResult run() {
+    start();
+    loop();
+    sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+    close(signal_fd_);
+    JobResult result;
+    result.interrupted_by = interrupted_by_;
+    result.mpirun_stderr = stderr_text_;
+    if (interrupted_by_)
+      result.exit_status = 128 + interrupted_by_;
+    else if (WIFEXITED(status_))
+      result.exit_status = WEXITSTATUS(status_);
+    else if (WIFSIGNALED(status_))
+      result.exit_status = 128 + WTERMSIG(status_);
+    if (result.exit_status != 0 && !interrupted_by_) result.failure = find_rank_failure(stderr_text_);
+    return result;
+  }
+
+ private:
+  void start() {
+    sigset_t mask;
+    sigemptyset(&mask);
+    for (int s : kForwarded) sigaddset(&mask, s);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, &old_mask_);
+    signal_fd_ = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+    int err[2], out[2] = {-1, -1};
+    if (pipe2(err, O_CLOEXEC) != 0 || (options_.on_stdout_line && pipe2(out, O_CLOEXEC) != 0))
+      throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    std::vector<char*> args;
+    for (const std::string& a : argv_) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    const pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+    if (pid_ == 0) {
+      // mpirun gets its own process group: only cohortrun's forwarding reaches it, once.
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // cohortrun killed → mpirun tears the job down
+      if (getppid() != parent) _exit(128 + SIGTERM);
+      dup2(err[1], STDERR_FILENO);
+      if (out[1] >= 0) dup2(out[1], STDOUT_FILENO);
+      for (int s : kForwarded) signal(s, SIG_DFL);
+      sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
+      execv(args[0], args.data());
+      const std::string message =
+          std::string("cohortrun: cannot execute ") + args[0] + ": " + std::strerror(errno) + "\n";
+      write_all(STDERR_FILENO, message.data(), message.size());
+      _exit(127);
+    }
+    setpgid(pid_, pid_);
+    close(err[1]);
+    err_fd_ = err[0];
+    if (out[1] >= 0) {
+      close(out[1]);
+      out_fd_ = out[0];
+    }
+  }
+
+  void loop() {
+    // Deadlines; time_point::max() = none.
+    Clock::time_point kill_at = Clock::time_point::max(), give_up_at = Clock::time_point::max();
+    while (true) {
+      if (exited_) {
+        // Anything still around was started by the job and lost its mpirun.
+        for (pid_t orphan : own_children()) kill(orphan, SIGKILL);
+        reap();
+        if (give_up_at == Clock::time_point::max()) give_up_at = Clock::now() + std::chrono::seconds(2);
+        if ((err_fd_ < 0 && out_fd_ < 0 && own_children().empty()) || Clock::now() > give_up_at) break;
+      }
+      if (!exited_ && Clock::now() >= kill_at) {
+        kill(-pid_, SIGKILL);
+        kill(pid_, SIGKILL);
+        kill_at = Clock::time_point::max();
+      }
+      pollfd fds[3] = {{signal_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}, {out_fd_, POLLIN, 0}};
+      int timeout = -1;
+      if (exited_) timeout = 50;
+      if (kill_at != Clock::time_point::max())
+        timeout = static_cast<int>(
+            std::max<long>(1, std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()).count()));
+      if (poll(fds, 3, timeout) < 0 && errno != EINTR) break;
+      if (fds[0].revents & POLLIN) signals(kill_at);
+      if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) relay(err_fd_, STDERR_FILENO, true);
+      if (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) relay(out_fd_, STDOUT_FILENO, false);
+    }
+    if (err_fd_ >= 0) close(err_fd_);
+    if (out_fd_ >= 0) close(out_fd_);
+    if (!out_line_.empty() && options_.on_stdout_line) options_.on_stdout_line(out_line_);
+  }
+
+  void signals(Clock::time_point& kill_at) {
+    signalfd_siginfo info;
+    while (read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGCHLD) {
+        reap();
+        continue;
+      }
+      if (exited_) continue;
+      if (!interrupted_by_) {
+        interrupted_by_ = sig;
+        const std::string note = "cohortrun: " + signal_name(sig) + " received: stopping the job\n";
+        write_all(STDERR_FILENO, note.data(), note.size());
+        // mpirun answers SIGTERM by killing every rank (SIGINT takes it a second longer).
+        kill(pid_, SIGTERM);
+        kill_at = Clock::now() + std::chrono::milliseconds(static_cast<long>(options_.grace_s * 1000));
+      } else {
+        kill_at = Clock::now();  // a second signal: no more waiting
+      }
+    }
+  }
+
+  void reap() {
+    int status = 0;
+    pid_t p;
+    while ((p = waitpid(-1, &status, WNOHANG)) > 0) {
+      if (p == pid_) {
+        status_ = status;
+        exited_ = true;
+      }
+    }
+  }
+
+  void relay(int& fd, int to, bool is_stderr) {
+    char buffer[65536];
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+      close(fd);
+      fd = -1;
+      return;
+    }
+    write_all(to, buffer, static_cast<size_t>(n));
+    if (is_stderr) {
+      stderr_text_.append(buffer, static_cast<size_t>(n));
+      if (stderr_text_.size() > kKeepStderr) stderr_text_.erase(0, stderr_text_.size() - kKeepStderr);
+      return;
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buffer[i] == '\n') {
+        options_.on_stdout_line(out_line_);
+        out_line_.clear();
+      } else {
+        out_line_ += buffer[i];
+      }
+    }
+  }
+
+  const std::vector<std::string>& argv_;
+  const JobOptions& options_;
+  sigset_t old_mask_{};
+  int signal_fd_ = -1, err_fd_ = -1, out_fd_ = -1;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  int status_ = 0;
+  int interrupted_by_ = 0;
+  std::string stderr_text_, out_line_;
+};
+
+}  // namespace
+
+JobResult run_job(const std::vector<std::string>& argv, const JobOptions& options) { return Job(argv, options).run(); }
+
+void report_job(const JobResult& result, int np) {
+  if (result.interrupted_by) {
+    std::fprintf(stderr, "cohortrun: the job was stopped by %s (exit status %d)\n",
+                 signal_name(result.interrupted_by).c_str(), result.exit_status);
+  } else if (result.exit_status != 0) {
+    if (result.failure)
+      std::fprintf(stderr, "cohortrun: job failed (exit status %d): %s\n", result.exit_status,
+                   result.failure->reason.c_str());
+    else
+      std::fprintf(stderr, "cohortrun: job of %d rank%s failed with exit status %d (mpirun did not say which rank)\n",
+                   np, np == 1 ? "" : "s", result.exit_status);
+  }
+}
+
+}  // namespace cohortrun

@@ -1,0 +1,116 @@
+// Element-wise optimizer updates, written once for host and device (COHORT_HD): the CPU
+// optimizer loops over them, a CUDA kernel calls the same operator(), so the CPU tests
+// cover the GPU math. Each functor updates element i of a parameter in place from its
+// gradient and per-element state; per-tensor scalars (lr, bias corrections, the LARS
+// trust ratio) are computed once per step by the caller.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/hd.h"
+
+namespace cohort::kernels {
+
+// SGD with optional momentum, Nesterov momentum and L2 weight decay, in PyTorch's
+// formulation: g += wd·w; v = μ·v + g; step = nesterov ? g + μ·v : v; w -= lr·step.
+// With momentum 0 the velocity is neither read nor written (it may be null).
+struct SgdUpdate {
+  float lr;
+  float momentum;
+  float weight_decay;
+  bool nesterov;
+
+  COHORT_HD void operator()(int64_t i, float* w, const float* g, float* velocity) const {
+    float d = g[i] + weight_decay * w[i];
+    if (momentum != 0.0f) {
+      float v = momentum * velocity[i] + d;
+      velocity[i] = v;
+      d = nesterov ? d + momentum * v : v;
+    }
+    w[i] -= lr * d;
+  }
+};
+
+// Adam (Kingma & Ba 2015) and AdamW (Loshchilov & Hutter 2019). Adam adds wd·w to the
+// gradient (L2); AdamW decays the weight directly, w -= lr·wd·w, before the Adam step.
+// bias1 = 1 − β1^t and bias2 = 1 − β2^t for the step t (1-based) being taken.
+struct AdamUpdate {
+  float lr;
+  float beta1;
+  float beta2;
+  float epsilon;
+  float weight_decay;
+  bool decoupled;  // true: AdamW
+  float bias1;
+  float bias2;
+
+  COHORT_HD void operator()(int64_t i, float* w, const float* g, float* m, float* v) const {
+    float wi = w[i];
+    float gi = g[i];
+    if (decoupled) {
+      wi -= lr * weight_decay * wi;
+    } else {
+      gi += weight_decay * wi;
+    }
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float m_hat = mi / bias1;
+    float v_hat = vi / bias2;
+    w[i] = wi - lr * m_hat / (sqrtf(v_hat) + epsilon);
+  }
+};
+
+// LARS (You et al. 2017, Algorithm 1) once the layer's local learning rate is known:
+// v = μ·v + local_lr·(g + wd·w); w -= v, with local_lr = lr × trust ratio
+// (see lars_trust_ratio).
+struct LarsUpdate {
+  float local_lr;
+  float momentum;
+  float weight_decay;
+
+  COHORT_HD void operator()(int64_t i, float* w, const float* g, float* velocity) const {
+    float v = momentum * velocity[i] + local_lr * (g[i] + weight_decay * w[i]);
+    velocity[i] = v;
+    w[i] -= v;
+  }
+};
+
+// η‖w‖ / (‖∇w‖ + β‖w‖); 1 when either norm is zero (a fresh zero-initialised bias, or
+// a parameter that received no gradient), so such layers fall back to the global lr.
+COHORT_HD double lars_trust_ratio(double w_norm, double g_norm, double eta, double weight_decay) {
+  if (w_norm <= 0.0 || g_norm <= 0.0) return 1.0;
+  return eta * w_norm / (g_norm + weight_decay * w_norm);
+}
+
+// Adds a gradient into an accumulator (backward_passes_per_step), scaled by `scale`.
+struct AccumulateScaled {
+  float scale;
+  COHORT_HD void operator()(int64_t i, float* acc, const float* g) const { acc[i] += scale * g[i]; }
+};
+
+// Multiplies in place (averaging over ranks, Horovod's gradient_predivide_factor).
+struct Scale {
+  float factor;
+  COHORT_HD void operator()(int64_t i, float* x) const { x[i] *= factor; }
+};
+
+}  // namespace cohort::kernels
+
+namespace cohort::kernels {
+
+// Loss scaling: g *= inv_scale, raising *nonfinite when any result is inf or NaN
+// (an overflow in the f16 backward pass). Every writer stores 1, so the race between
+// device threads is benign.
+struct UnscaleCheck {
+  float inv_scale;
+  COHORT_HD void operator()(int64_t i, float* g, uint32_t* nonfinite) const {
+    const float v = g[i] * inv_scale;
+    g[i] = v;
+    if (!(v - v == 0.0f)) *nonfinite = 1u;  // inf − inf and NaN − NaN are NaN
+  }
+};
+
+}  // namespace cohort::kernels

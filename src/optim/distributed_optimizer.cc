@@ -1,0 +1,197 @@
+#include "optim/distributed_optimizer.h"
+
+#include <cstring>
+#include <set>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "kernels/f16_compress.h"
+#include "kernels/optim_update.h"
+
+namespace cohort {
+namespace {
+
+template <typename F, typename... Ptrs>
+void host_loop(int64_t n, const F& f, Ptrs... ptrs) {
+  for (int64_t i = 0; i < n; ++i) f(i, ptrs...);
+}
+
+// A 64-bit hash of a tensor's bytes (for comparing parameters across ranks).
+int64_t content_hash(const Tensor& t) {
+  const auto* p = static_cast<const unsigned char*>(t.data());
+  const size_t n = t.nbytes();
+  uint64_t h = 0xcbf29ce484222325ull ^ n;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 29;
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  h ^= h >> 32;
+  return static_cast<int64_t>(h);
+}
+
+}  // namespace
+
+void SingleRankCollectives::allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) {
+  require(t.device().is_host() && t.is_contiguous(), "allreduce '", name, "': ", t.describe(),
+          " must be a contiguous host tensor");
+  const double s = prescale * postscale;
+  if (s == 1.0) return;
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kF32:
+      host_loop(n, kernels::Scale{static_cast<float>(s)}, t.data_as<float>());
+      return;
+    case DType::kF64:
+      for (int64_t i = 0; i < n; ++i) t.data_as<double>()[i] *= s;
+      return;
+    case DType::kF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t& h = t.data_as<uint16_t>()[i];
+        h = kernels::compress_f16(static_cast<float>(kernels::decompress_f16(h) * s));
+      }
+      return;
+    case DType::kI64:
+      for (int64_t i = 0; i < n; ++i)
+        t.data_as<int64_t>()[i] = static_cast<int64_t>(static_cast<double>(t.data_as<int64_t>()[i]) * s);
+      return;
+    default:
+      fail(Code::kUnsupported, "allreduce '", name, "': ", dtype_name(t.dtype()), " is not supported");
+  }
+}
+
+void SingleRankCollectives::broadcast(const std::string& name, Tensor t, int root) {
+  require(root == 0, "broadcast '", name, "': root ", root, " is not a rank (a single-rank run has only rank 0)");
+}
+
+DistributedOptions DistributedOptions::from_config(const Config& config) {
+  DistributedOptions o;
+  o.backward_passes_per_step = static_cast<int>(config.get_int("backward_passes_per_step"));
+  o.compress_f16 = config.get_string("compression") == "f16";
+  o.gradient_predivide_factor = config.get_float("gradient_predivide_factor");
+  return o;
+}
+
+DistributedOptimizer::DistributedOptimizer(Optimizer& optimizer, Collectives& collectives,
+                                           std::vector<ParamGrad> params, DistributedOptions options)
+    : optimizer_(optimizer), comm_(collectives), params_(std::move(params)), options_(options) {
+  require(options_.backward_passes_per_step >= 1, "backward_passes_per_step must be >= 1, got ",
+          options_.backward_passes_per_step);
+  require(options_.gradient_predivide_factor > 0, "gradient_predivide_factor must be > 0, got ",
+          options_.gradient_predivide_factor);
+  require(comm_.size() >= 1, "distributed optimizer: collectives report ", comm_.size(), " ranks");
+  optimizer_.init_state(params_);  // validates names, dtypes, shapes
+  const size_t n = params_.size();
+  done_.assign(n, 0);
+  for (const ParamGrad& p : params_) {
+    Tensor grad = p.grad;
+    if (options_.backward_passes_per_step > 1) {
+      accum_.push_back(Tensor::empty(p.param.shape(), DType::kF32));
+      grad = accum_.back();
+    }
+    if (options_.compress_f16) wire_.push_back(Tensor::empty(p.param.shape(), DType::kF16));
+    reduced_.push_back({p.name, p.param, grad});
+  }
+}
+
+void DistributedOptimizer::gradient_ready(size_t index) {
+  require(index < params_.size(), "gradient_ready: index ", index, " but the model has ", params_.size(),
+          " parameters");
+  require(!done_[index], "gradient_ready: parameter '", params_[index].name,
+          "' was reported twice in one backward pass");
+  done_[index] = 1;
+  if (options_.backward_passes_per_step > 1) {
+    const ParamGrad& p = params_[index];
+    host_loop(p.grad.numel(), kernels::AccumulateScaled{1.0f}, accum_[index].data_as<float>(),
+              static_cast<const float*>(p.grad.data_as<float>()));
+  }
+  if (pass_ == options_.backward_passes_per_step - 1) exchange(index);
+}
+
+void DistributedOptimizer::exchange(size_t index) {
+  const double f = options_.gradient_predivide_factor;
+  double post = f / comm_.size();
+  if (options_.average_passes) post /= options_.backward_passes_per_step;
+  const ParamGrad& r = reduced_[index];
+  if (options_.compress_f16) {
+    Tensor& wire = wire_[index];
+    host_loop(r.grad.numel(), kernels::CompressF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(),
+              static_cast<const float*>(r.grad.data_as<float>()));
+    comm_.allreduce_async(r.name, wire, 1.0, 1.0);
+  } else {
+    comm_.allreduce_async(r.name, r.grad, 1.0 / f, post);
+  }
+}
+
+bool DistributedOptimizer::step(double lr) {
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (!done_[i]) gradient_ready(i);
+  std::fill(done_.begin(), done_.end(), 0);
+  if (pass_ < options_.backward_passes_per_step - 1) {
+    ++pass_;
+    return false;
+  }
+  pass_ = 0;
+  comm_.wait_all();
+  if (options_.compress_f16) {
+    double post = options_.gradient_predivide_factor / comm_.size();
+    if (options_.average_passes) post /= options_.backward_passes_per_step;
+    for (size_t i = 0; i < params_.size(); ++i)
+      host_loop(reduced_[i].grad.numel(), kernels::DecompressF16{static_cast<float>(post)},
+                reduced_[i].grad.data_as<float>(), static_cast<const uint16_t*>(wire_[i].data_as<uint16_t>()));
+  }
+  skipped_ = false;
+  if (scaler_ != nullptr) {
+    const bool finite = scaler_->unscale(reduced_);
+    scaler_->update(finite);
+    skipped_ = !finite;
+  }
+  if (!skipped_) optimizer_.step(reduced_, lr);
+  for (Tensor& a : accum_) std::memset(a.data(), 0, a.nbytes());
+  return true;
+}
+
+void DistributedOptimizer::broadcast_parameters(int root) {
+  require(root >= 0 && root < comm_.size(), "broadcast_parameters: root ", root, " is not a rank (0..",
+          comm_.size() - 1, ")");
+  for (const ParamGrad& p : params_) comm_.broadcast(p.name, p.param, root);
+  for (const NamedTensor& e : optimizer_.export_state()) {
+    comm_.broadcast("optimizer/" + e.name, e.tensor, root);  // live views: in place
+    if (e.name == "step") optimizer_.set_steps(*e.tensor.data_as<int64_t>());
+  }
+}
+
+void DistributedOptimizer::check_consistency() {
+  const int64_t n = static_cast<int64_t>(params_.size());
+  Tensor count = Tensor::empty({2}, DType::kI64);
+  count.data_as<int64_t>()[0] = n;
+  count.data_as<int64_t>()[1] = n * n;
+  comm_.allreduce_async("consistency/count", count, 1.0, 1.0);
+  comm_.wait_all();
+  const int64_t sum = count.data_as<int64_t>()[0], sum_sq = count.data_as<int64_t>()[1];
+  if (sum * sum != sum_sq * comm_.size())  // equal only when every rank has n parameters
+    fail(Code::kMismatch, "consistency check: ranks have different numbers of parameters (this rank ", n, ", ", sum,
+         " over ", comm_.size(), " ranks)");
+  Tensor mine = Tensor::empty({n}, DType::kI64);
+  for (int64_t i = 0; i < n; ++i) mine.data_as<int64_t>()[i] = content_hash(params_[static_cast<size_t>(i)].param);
+  Tensor root = clone_host(mine);
+  comm_.broadcast("consistency/hashes", root, 0);
+  Tensor differ = Tensor::empty({n}, DType::kI64);
+  for (int64_t i = 0; i < n; ++i)
+    differ.data_as<int64_t>()[i] = mine.data_as<int64_t>()[i] != root.data_as<int64_t>()[i] ? 1 : 0;
+  comm_.allreduce_async("consistency/differ", differ, 1.0, 1.0);
+  comm_.wait_all();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t ranks = differ.data_as<int64_t>()[i];
+    if (ranks != 0)
+      fail(Code::kMismatch, "consistency check: parameter '", params_[static_cast<size_t>(i)].name, "' differs on ",
+           ranks, " rank(s) from rank 0 (this rank ",
+           mine.data_as<int64_t>()[i] == root.data_as<int64_t>()[i] ? "agrees with rank 0" : "differs",
+           "); were parameters broadcast from rank 0 after initialisation?");
+  }
+}
+
+}  // namespace cohort

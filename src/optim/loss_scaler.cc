@@ -1,0 +1,75 @@
+#include "optim/loss_scaler.h"
+
+#include <cmath>
+
+#include "core/status.h"
+#include "kernels/optim_update.h"
+
+namespace cohort {
+
+LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(options.initial_scale) {
+  require(std::isfinite(options_.initial_scale) && options_.initial_scale > 0,
+          "loss scaler: initial scale must be finite and > 0, got ", options_.initial_scale);
+  require(options_.growth_factor >= 1, "loss scaler: growth factor must be >= 1, got ", options_.growth_factor);
+  require(options_.backoff_factor > 0 && options_.backoff_factor <= 1,
+          "loss scaler: backoff factor must be in (0, 1], got ", options_.backoff_factor);
+  require(options_.growth_interval >= 1, "loss scaler: growth interval must be >= 1, got ", options_.growth_interval);
+}
+
+bool LossScaler::unscale(std::span<const ParamGrad> params) const {
+  const kernels::UnscaleCheck f{static_cast<float>(1.0 / scale_)};
+  uint32_t nonfinite = 0;
+  for (const ParamGrad& p : params) {
+    require(p.grad.dtype() == DType::kF32 && p.grad.device().is_host() && p.grad.is_contiguous(),
+            "loss scaler: gradient of '", p.name, "' must be a contiguous f32 host tensor, got ", p.grad.describe());
+    float* g = p.grad.data_as<float>();
+    for (int64_t i = 0, n = p.grad.numel(); i < n; ++i) f(i, g, &nonfinite);
+  }
+  return nonfinite == 0;
+}
+
+void LossScaler::update(bool finite) {
+  if (!finite) {
+    ++skipped_;
+    good_steps_ = 0;
+    if (options_.dynamic) scale_ = std::max(scale_ * options_.backoff_factor, 1.0 / 65536.0);
+    return;
+  }
+  if (++good_steps_ >= options_.growth_interval && options_.dynamic) {
+    const double grown = scale_ * options_.growth_factor;
+    if (std::isfinite(grown) && grown <= 1e30) scale_ = grown;
+    good_steps_ = 0;
+  }
+}
+
+std::vector<NamedTensor> LossScaler::export_state() const {
+  Tensor scale = Tensor::empty({1}, DType::kF64);
+  *scale.data_as<double>() = scale_;
+  Tensor good = Tensor::empty({1}, DType::kI64);
+  *good.data_as<int64_t>() = good_steps_;
+  return {{"loss_scale/good_steps", good}, {"loss_scale/scale", scale}};
+}
+
+void LossScaler::import_state(std::span<const NamedTensor> state) {
+  bool have_scale = false, have_good = false;
+  for (const NamedTensor& e : state) {
+    if (e.name == "loss_scale/scale") {
+      require(e.tensor.dtype() == DType::kF64 && e.tensor.numel() == 1, "loss scaler state: '", e.name,
+              "' must be one f64, got ", e.tensor.describe());
+      const double s = *e.tensor.data_as<double>();
+      require(std::isfinite(s) && s > 0, "loss scaler state: scale ", s, " is not finite and > 0");
+      scale_ = s;
+      have_scale = true;
+    } else if (e.name == "loss_scale/good_steps") {
+      require(e.tensor.dtype() == DType::kI64 && e.tensor.numel() == 1, "loss scaler state: '", e.name,
+              "' must be one i64, got ", e.tensor.describe());
+      good_steps_ = *e.tensor.data_as<int64_t>();
+      have_good = true;
+    } else {
+      fail(Code::kInvalidArgument, "loss scaler state: unknown entry '", e.name, "'");
+    }
+  }
+  require(have_scale && have_good, "loss scaler state: 'loss_scale/scale' and 'loss_scale/good_steps' are both needed");
+}
+
+}  // namespace cohort

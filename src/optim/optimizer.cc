@@ -1,0 +1,238 @@
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "kernels/optim_update.h"
+
+namespace cohort {
+namespace {
+
+constexpr std::string_view kStepName = "step";
+constexpr std::string_view kVelocity = "velocity";
+constexpr std::string_view kAdamM = "adam_m";
+constexpr std::string_view kAdamV = "adam_v";
+
+struct KindName {
+  OptimizerKind kind;
+  std::string_view name;
+};
+constexpr KindName kKinds[] = {{OptimizerKind::kSgd, "sgd"},           {OptimizerKind::kMomentum, "momentum"},
+                               {OptimizerKind::kNesterov, "nesterov"}, {OptimizerKind::kAdam, "adam"},
+                               {OptimizerKind::kAdamW, "adamw"},       {OptimizerKind::kLars, "lars"}};
+
+// The CPU loop every kernels/ functor runs under.
+template <typename F, typename... Ptrs>
+void host_loop(int64_t n, const F& f, Ptrs... ptrs) {
+  for (int64_t i = 0; i < n; ++i) f(i, ptrs...);
+}
+
+double l2_norm(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return std::sqrt(s);
+}
+
+void check_param(const ParamGrad& p) {
+  require(!p.name.empty(), "optimizer: a parameter has an empty name");
+  const Tensor& w = p.param;
+  const Tensor& g = p.grad;
+  require(w.dtype() == DType::kF32 && g.dtype() == DType::kF32, "optimizer: parameter '", p.name,
+          "' and its gradient must be f32 (got ", w.describe(), " and ", g.describe(), ")");
+  require(w.device().is_host() && g.device().is_host(), "optimizer: parameter '", p.name,
+          "' must be in host memory on this path (got ", w.describe(), ")");
+  require(w.shape() == g.shape(), "optimizer: gradient of '", p.name, "' has shape ", shape_string(g.shape()),
+          ", parameter has ", shape_string(w.shape()));
+  require(w.is_contiguous() && g.is_contiguous(), "optimizer: parameter '", p.name,
+          "' and its gradient must be contiguous");
+  require(w.numel() == 0 || (w.data() != nullptr && g.data() != nullptr), "optimizer: parameter '", p.name,
+          "' has no data");
+}
+
+void check_unique(std::span<const ParamGrad> params) {
+  std::set<std::string_view> seen;
+  for (const ParamGrad& p : params)
+    require(seen.insert(p.name).second, "optimizer: parameter name '", p.name, "' appears twice");
+}
+
+}  // namespace
+
+Tensor clone_host(const Tensor& t) {
+  require(t.device().is_host(), "clone_host: ", t.describe(), " is not in host memory");
+  require(t.is_contiguous(), "clone_host: ", t.describe(), " is not contiguous");
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  if (t.nbytes() > 0) std::memcpy(out.data(), t.data(), t.nbytes());
+  return out;
+}
+
+OptimizerKind parse_optimizer_kind(std::string_view name) {
+  for (const KindName& k : kKinds)
+    if (k.name == name) return k.kind;
+  fail(Code::kInvalidArgument, "unknown optimizer '", name, "'; expected one of sgd|momentum|nesterov|adam|adamw|lars");
+}
+
+std::string_view optimizer_kind_name(OptimizerKind kind) {
+  for (const KindName& k : kKinds)
+    if (k.kind == kind) return k.name;
+  return "?";
+}
+
+OptimizerOptions OptimizerOptions::from_config(const Config& config) {
+  OptimizerOptions o;
+  o.kind = parse_optimizer_kind(config.get_string("optimizer"));
+  o.momentum = config.get_float("momentum");
+  o.weight_decay = config.get_float("weight_decay");
+  o.beta1 = config.get_float("adam_beta1");
+  o.beta2 = config.get_float("adam_beta2");
+  o.epsilon = config.get_float("adam_epsilon");
+  o.lars_eta = config.get_float("lars_eta");
+  return o;
+}
+
+Optimizer::Optimizer(OptimizerOptions options) : options_(options) {
+  require(options_.momentum >= 0 && options_.momentum < 1, "optimizer: momentum must be in [0, 1), got ",
+          options_.momentum);
+  require(options_.weight_decay >= 0, "optimizer: weight_decay must be >= 0, got ", options_.weight_decay);
+  require(options_.beta1 >= 0 && options_.beta1 < 1, "optimizer: adam_beta1 must be in [0, 1), got ", options_.beta1);
+  require(options_.beta2 >= 0 && options_.beta2 < 1, "optimizer: adam_beta2 must be in [0, 1), got ", options_.beta2);
+  require(options_.epsilon >= 0, "optimizer: adam_epsilon must be >= 0, got ", options_.epsilon);
+  require(options_.lars_eta > 0, "optimizer: lars_eta must be > 0, got ", options_.lars_eta);
+}
+
+std::vector<std::string_view> Optimizer::state_suffixes() const {
+  switch (options_.kind) {
+    case OptimizerKind::kSgd:
+      return {};
+    case OptimizerKind::kMomentum:
+    case OptimizerKind::kNesterov:
+    case OptimizerKind::kLars:
+      return {kVelocity};
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW:
+      return {kAdamM, kAdamV};
+  }
+  return {};
+}
+
+Tensor& Optimizer::state_for(const ParamGrad& p, std::string_view suffix) {
+  std::string key = cat(p.name, "/", suffix);
+  auto it = state_.find(key);
+  if (it == state_.end()) {
+    it = state_.emplace(key, Tensor::empty(p.param.shape(), DType::kF32)).first;  // zeroed
+  } else if (it->second.shape() != p.param.shape()) {
+    fail(Code::kInvalidArgument, "optimizer: state '", key, "' has shape ", shape_string(it->second.shape()),
+         " but parameter '", p.name, "' has shape ", shape_string(p.param.shape()),
+         " (state imported for another model?)");
+  }
+  return it->second;
+}
+
+void Optimizer::init_state(std::span<const ParamGrad> params) {
+  check_unique(params);
+  for (const ParamGrad& p : params) {
+    check_param(p);
+    for (std::string_view s : state_suffixes()) state_for(p, s);
+  }
+}
+
+void Optimizer::step(std::span<const ParamGrad> params, double lr) {
+  require(std::isfinite(lr) && lr >= 0, "optimizer: learning rate must be finite and >= 0, got ", lr);
+  init_state(params);  // validates everything before any parameter changes
+  for (const ParamGrad& p : params) update(p, lr);
+  ++steps_;
+}
+
+void Optimizer::update(const ParamGrad& p, double lr) {
+  const int64_t n = p.param.numel();
+  float* w = p.param.data_as<float>();
+  const float* g = p.grad.data_as<float>();
+  const auto& o = options_;
+  switch (o.kind) {
+    case OptimizerKind::kSgd: {
+      kernels::SgdUpdate f{static_cast<float>(lr), 0.0f, static_cast<float>(o.weight_decay), false};
+      host_loop(n, f, w, g, static_cast<float*>(nullptr));
+      return;
+    }
+    case OptimizerKind::kMomentum:
+    case OptimizerKind::kNesterov: {
+      kernels::SgdUpdate f{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay),
+                           o.kind == OptimizerKind::kNesterov};
+      host_loop(n, f, w, g, state_for(p, kVelocity).data_as<float>());
+      return;
+    }
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: {
+      const double t = static_cast<double>(steps_ + 1);
+      kernels::AdamUpdate f{static_cast<float>(lr),
+                            static_cast<float>(o.beta1),
+                            static_cast<float>(o.beta2),
+                            static_cast<float>(o.epsilon),
+                            static_cast<float>(o.weight_decay),
+                            o.kind == OptimizerKind::kAdamW,
+                            static_cast<float>(1.0 - std::pow(o.beta1, t)),
+                            static_cast<float>(1.0 - std::pow(o.beta2, t))};
+      host_loop(n, f, w, g, state_for(p, kAdamM).data_as<float>(), state_for(p, kAdamV).data_as<float>());
+      return;
+    }
+    case OptimizerKind::kLars: {
+      const bool excluded = o.lars_exclude_1d && p.param.ndim() <= 1;
+      const double wd = excluded ? 0.0 : o.weight_decay;
+      const double trust = excluded ? 1.0 : kernels::lars_trust_ratio(l2_norm(w, n), l2_norm(g, n), o.lars_eta, wd);
+      kernels::LarsUpdate f{static_cast<float>(lr * trust), static_cast<float>(o.momentum), static_cast<float>(wd)};
+      host_loop(n, f, w, g, state_for(p, kVelocity).data_as<float>());
+      return;
+    }
+  }
+}
+
+void Optimizer::set_steps(int64_t steps) {
+  require(steps >= 0, "optimizer: step count must be >= 0, got ", steps);
+  steps_ = steps;
+}
+
+std::vector<NamedTensor> Optimizer::export_state() const {
+  std::vector<NamedTensor> out;
+  Tensor step = Tensor::empty({1}, DType::kI64);
+  *step.data_as<int64_t>() = steps_;
+  out.push_back({std::string(kStepName), step});
+  for (const auto& [name, t] : state_) out.push_back({name, t});
+  std::sort(out.begin(), out.end(), [](const NamedTensor& a, const NamedTensor& b) { return a.name < b.name; });
+  return out;
+}
+
+void Optimizer::import_state(std::span<const NamedTensor> state) {
+  const std::vector<std::string_view> suffixes = state_suffixes();
+  std::map<std::string, Tensor, std::less<>> fresh;
+  int64_t steps = -1;
+  for (const NamedTensor& e : state) {
+    if (e.name == kStepName) {
+      require(e.tensor.dtype() == DType::kI64 && e.tensor.numel() == 1 && e.tensor.device().is_host(),
+              "optimizer state: 'step' must be one i64 on the host, got ", e.tensor.describe());
+      steps = *e.tensor.data_as<int64_t>();
+      require(steps >= 0, "optimizer state: 'step' is negative (", steps, ")");
+      continue;
+    }
+    size_t slash = e.name.rfind('/');
+    std::string_view suffix =
+        slash == std::string::npos ? std::string_view() : std::string_view(e.name).substr(slash + 1);
+    bool known = false;
+    for (std::string_view s : suffixes) known = known || s == suffix;
+    require(known && slash > 0, "optimizer state: entry '", e.name, "' does not belong to a ",
+            optimizer_kind_name(options_.kind), " optimizer (saved by another optimizer?)");
+    require(e.tensor.dtype() == DType::kF32, "optimizer state: '", e.name, "' must be f32, got ", e.tensor.describe());
+    auto old = state_.find(e.name);
+    require(old == state_.end() || old->second.shape() == e.tensor.shape(), "optimizer state: '", e.name,
+            "' has shape ", shape_string(e.tensor.shape()), ", expected ",
+            old == state_.end() ? std::string() : shape_string(old->second.shape()));
+    require(fresh.emplace(e.name, clone_host(e.tensor)).second, "optimizer state: entry '", e.name, "' appears twice");
+  }
+  require(steps >= 0, "optimizer state: the 'step' entry is missing");
+  state_ = std::move(fresh);
+  steps_ = steps;
+}
+
+}  // namespace cohort

@@ -1,0 +1,86 @@
+// Optimizers: SGD (plain, momentum, Nesterov), Adam, AdamW and LARS over f32 host
+// parameters. The update math lives in kernels/optim_update.h; this class owns the
+// per-parameter state (velocities, moments) and the step count, and exports them as
+// named tensors for checkpoints and for broadcasting from rank 0.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "optim/named_tensor.h"
+
+namespace cohort {
+
+class Config;
+
+enum class OptimizerKind { kSgd, kMomentum, kNesterov, kAdam, kAdamW, kLars };
+
+// "sgd|momentum|nesterov|adam|adamw|lars"; throws kInvalidArgument listing them.
+OptimizerKind parse_optimizer_kind(std::string_view name);
+std::string_view optimizer_kind_name(OptimizerKind kind);
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kMomentum;
+  double momentum = 0.9;       // momentum, nesterov, lars (plain sgd ignores it)
+  double weight_decay = 1e-4;  // L2 (sgd, adam, lars) or decoupled (adamw)
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double lars_eta = 0.001;
+  // LARS: 1-D parameters (biases, batch-norm scale/shift) take the global lr and no
+  // weight decay, as in the LARS reference implementations.
+  bool lars_exclude_1d = true;
+
+  // From the option registry keys optimizer, momentum, weight_decay, adam_beta1,
+  // adam_beta2, adam_epsilon, lars_eta.
+  static OptimizerOptions from_config(const Config& config);
+};
+
+class Optimizer {
+ public:
+  explicit Optimizer(OptimizerOptions options);
+
+  // Updates every parameter in place from its gradient with learning rate `lr`, then
+  // counts one step. Parameters and gradients must be contiguous f32 host tensors of
+  // equal shape with unique names; state is created (zero) on first sight of a name.
+  void step(std::span<const ParamGrad> params, double lr);
+
+  // Creates zero state for parameters not seen yet, so that export_state() lists the
+  // full state before the first step (for a broadcast from rank 0).
+  void init_state(std::span<const ParamGrad> params);
+
+  // The state as named tensors, sorted by name: "step" (i64[1]) and one or two
+  // tensors per parameter, "<param>/velocity" (momentum kinds) or "<param>/adam_m" and
+  // "<param>/adam_v". The tensors are views of the live state: writing into them (a
+  // broadcast) changes the optimizer; copy them to keep a snapshot across steps.
+  std::vector<NamedTensor> export_state() const;
+
+  // Replaces the state with copies of `state` (as export_state() wrote it). Throws
+  // kInvalidArgument naming the entry when a name does not belong to this kind of
+  // optimizer, a dtype is wrong, "step" is missing, or a shape disagrees with a
+  // parameter already known. Shapes are checked against parameters again at step().
+  void import_state(std::span<const NamedTensor> state);
+
+  int64_t steps() const { return steps_; }
+  // Sets the step count (Adam's bias correction depends on it); for a broadcast of the
+  // state from another rank.
+  void set_steps(int64_t steps);
+  const OptimizerOptions& options() const { return options_; }
+
+  // The state suffixes this kind keeps per parameter ("velocity"; "adam_m", "adam_v").
+  std::vector<std::string_view> state_suffixes() const;
+
+ private:
+  Tensor& state_for(const ParamGrad& p, std::string_view suffix);
+  void update(const ParamGrad& p, double lr);
+
+  OptimizerOptions options_;
+  int64_t steps_ = 0;
+  std::map<std::string, Tensor, std::less<>> state_;  // "<param>/<suffix>" → f32 tensor
+};
+
+}  // namespace cohort

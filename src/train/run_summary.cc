@@ -1,0 +1,46 @@
+#include "train/run_summary.h"
+
+#include "core/status.h"
+#include "train/json_writer.h"
+
+namespace cohort {
+
+std::string run_summary_json(const RunSummary& s) {
+  JsonObject rates;
+  rates.add_number("median", s.images_per_sec.median)
+      .add_number("mean", s.images_per_sec.mean)
+      .add_number("stderr", s.images_per_sec.std_error)
+      .add_number("jitter", s.images_per_sec.jitter);
+  JsonObject fractions;
+  fractions.add_number("data_wait", s.time_fraction.data_wait)
+      .add_number("comm_exposed", s.time_fraction.comm_exposed)
+      .add_number("compute", s.time_fraction.compute);
+  JsonObject o;
+  o.add_string("schema", kRunSummarySchema)
+      .add_string("model", s.model)
+      .add_int("ranks", s.ranks)
+      .add_int("local_ranks", s.local_ranks)
+      .add_string("device", s.device)
+      .add_string("precision", s.precision)
+      .add_string("data", s.data)
+      .add_int("batch_per_rank", s.batch_per_rank)
+      .add_int("global_batch", s.global_batch)
+      .add_int("steps", s.steps)
+      .add_int("warmup_steps", s.warmup_steps)
+      .add_object("images_per_sec", rates)
+      .add_object("time_fraction", fractions)
+      .add_number("epochs", s.epochs)
+      .add_number("loss", s.loss)
+      .add_number("top1", s.top1)
+      .add_number("top5", s.top5)
+      .add_number("wall_s", s.wall_s);
+  for (const auto& [key, value] : s.extra) {
+    require(!value.empty(), "run summary: extra field '", key, "' has no value");
+    require(o.str().find(json_string(key) + ": ") == std::string::npos, "run summary: extra field '", key,
+            "' would repeat a field of the summary");
+    o.add_raw(key, value);
+  }
+  return o.str();
+}
+
+}  // namespace cohort

@@ -1,0 +1,47 @@
+// The run summary: one JSON line on rank 0 (--json) that the launcher's sweep and the
+// notebook helper read. Schema "cohort.run/1"; fields are added, never renamed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/metrics.h"
+
+namespace cohort {
+
+struct RunSummary {
+  std::string model;
+  int64_t ranks = 1;
+  int64_t local_ranks = 1;
+  std::string device = "cpu";
+  std::string precision = "f32";
+  std::string data = "synthetic";  // "synthetic" or the data path
+  int64_t batch_per_rank = 0;
+  int64_t global_batch = 0;
+  int64_t steps = 0;
+  int64_t warmup_steps = 0;
+  RateSummary images_per_sec;  // global (all ranks)
+  TimeFractions time_fraction;
+  double epochs = 0;
+  double loss = 0;  // non-finite (a diverged run) is written as null
+  std::optional<double> top1;
+  std::optional<double> top5;
+  double wall_s = 0;
+  // Further fields, appended after the fixed ones: key → JSON value text.
+  std::vector<std::pair<std::string, std::string>> extra;
+};
+
+inline constexpr const char* kRunSummarySchema = "cohort.run/1";
+
+// The line, without a trailing newline:
+// {"schema": "cohort.run/1", "model": …, "ranks": …, "local_ranks": …, "device": …,
+//  "precision": …, "data": …, "batch_per_rank": …, "global_batch": …, "steps": …,
+//  "warmup_steps": …, "images_per_sec": {"median", "mean", "stderr", "jitter"},
+//  "time_fraction": {"data_wait", "comm_exposed", "compute"}, "epochs": …, "loss": …,
+//  "top1": … | null, "top5": … | null, "wall_s": …, extra…}
+std::string run_summary_json(const RunSummary& s);
+
+}  // namespace cohort

@@ -1,0 +1,172 @@
+#define _POSIX_C_SOURCE 200809L /* setenv */
+/* The runtime part of the C API on a single rank (no mpirun), every error path
+ * included. Runs as one process: the finalize tests come last. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <cohort/cohort.h>
+
+static void assert_error(cohort_status_t s, cohort_status_t expected, const char* fn, const char* fragment) {
+  assert_int_equal(s, expected);
+  const char* msg = cohort_last_error();
+  if (strncmp(msg, fn, strlen(fn)) != 0 || !strstr(msg, fragment)) fail_msg("unexpected error text: %s", msg);
+}
+
+static void single_rank_without_mpirun(void** state) {
+  (void)state;
+  cohort_runtime_t* rt = NULL;
+  cohort_runtime_info_t info = {.struct_size = sizeof(cohort_runtime_info_t)};
+  int rank = -1, size = -1;
+  char device[16];
+  size_t needed = 0;
+  assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
+  assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
+  assert_int_equal(info.rank, 0);
+  assert_int_equal(info.size, 1);
+  assert_int_equal(info.local_rank, 0);
+  assert_int_equal(info.local_size, 1);
+  assert_int_equal(info.cross_rank, 0);
+  assert_int_equal(info.cross_size, 1);
+  assert_true(info.thread_budget >= 1);
+  assert_true(info.mpi_thread_level >= 2); /* at least MPI_THREAD_SERIALIZED */
+  assert_int_equal(cohort_runtime_rank(rt, &rank), COHORT_OK);
+  assert_int_equal(cohort_runtime_size(rt, &size), COHORT_OK);
+  assert_int_equal(rank, 0);
+  assert_int_equal(size, 1);
+  assert_int_equal(cohort_runtime_device(rt, device, sizeof device, &needed), COHORT_OK);
+  if (info.cuda_device_count == 0) {
+    assert_string_equal(device, "cpu");
+    assert_int_equal(info.device_type, COHORT_DEVICE_CPU);
+    assert_int_equal(info.device_id, -1);
+  }
+  assert_int_equal(cohort_runtime_barrier(rt), COHORT_OK);
+  cohort_runtime_destroy(rt);
+  cohort_runtime_destroy(NULL);
+}
+
+static void config_is_copied_and_readable(void** state) {
+  (void)state;
+  cohort_config_t* cfg = NULL;
+  cohort_config_t* effective = NULL;
+  cohort_runtime_t* rt = NULL;
+  cohort_runtime_info_t info = {.struct_size = sizeof(cohort_runtime_info_t)};
+  int64_t threads = 0;
+  assert_int_equal(cohort_config_create(&cfg), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "threads_per_rank", "3"), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "device", "cpu"), COHORT_OK);
+  assert_int_equal(cohort_runtime_create(cfg, &rt), COHORT_OK);
+  cohort_config_destroy(cfg); /* the runtime keeps its own copy */
+  assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
+  assert_int_equal(info.thread_budget, 3);
+  assert_int_equal(info.device_type, COHORT_DEVICE_CPU);
+  assert_int_equal(cohort_runtime_config(rt, &effective), COHORT_OK);
+  assert_int_equal(cohort_config_get_int(effective, "threads_per_rank", &threads), COHORT_OK);
+  assert_int_equal(threads, 3);
+  cohort_config_destroy(effective);
+  cohort_runtime_destroy(rt);
+}
+
+static void runtimes_in_sequence_and_side_by_side(void** state) {
+  (void)state;
+  cohort_runtime_t* a = NULL;
+  cohort_runtime_t* b = NULL;
+  for (int i = 0; i < 3; ++i) {
+    assert_int_equal(cohort_runtime_create(NULL, &a), COHORT_OK);
+    cohort_runtime_destroy(a);
+  }
+  assert_int_equal(cohort_runtime_create(NULL, &a), COHORT_OK);
+  assert_int_equal(cohort_runtime_create(NULL, &b), COHORT_OK);
+  assert_int_equal(cohort_runtime_barrier(a), COHORT_OK);
+  assert_int_equal(cohort_runtime_barrier(b), COHORT_OK);
+  cohort_runtime_destroy(a);
+  cohort_runtime_destroy(b);
+}
+
+static void info_and_query_errors(void** state) {
+  (void)state;
+  cohort_runtime_t* rt = NULL;
+  cohort_runtime_info_t info = {.struct_size = sizeof(cohort_runtime_info_t)};
+  int v;
+  char tiny[2];
+  size_t needed = 0;
+  cohort_config_t* out = NULL;
+  assert_error(cohort_runtime_create(NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_create", "out is NULL");
+  assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
+  assert_error(cohort_runtime_info(NULL, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_info", "runtime is NULL");
+  assert_error(cohort_runtime_info(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_info", "info is NULL");
+  info.struct_size = 3;
+  assert_error(cohort_runtime_info(rt, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_info",
+               "set it to sizeof(cohort_runtime_info_t)");
+  /* An older header's smaller struct is filled up to its size. */
+  info.struct_size = offsetof(cohort_runtime_info_t, local_rank);
+  info.local_rank = -77;
+  assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
+  assert_int_equal(info.size, 1);
+  assert_int_equal(info.local_rank, -77);
+  assert_error(cohort_runtime_rank(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_rank", "rank is NULL");
+  assert_error(cohort_runtime_rank(NULL, &v), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_rank", "runtime is NULL");
+  assert_error(cohort_runtime_size(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_size", "size is NULL");
+  assert_error(cohort_runtime_size(NULL, &v), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_size", "runtime is NULL");
+  assert_error(cohort_runtime_device(rt, tiny, sizeof tiny, &needed), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_runtime_device", "too small");
+  assert_true(needed >= 4);
+  assert_error(cohort_runtime_device(NULL, tiny, sizeof tiny, &needed), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_runtime_device", "runtime is NULL");
+  assert_error(cohort_runtime_config(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_config", "out is NULL");
+  assert_error(cohort_runtime_config(NULL, &out), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_config",
+               "runtime is NULL");
+  assert_error(cohort_runtime_barrier(NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_barrier", "runtime is NULL");
+  cohort_runtime_destroy(rt);
+}
+
+static void bad_settings_fail_creation(void** state) {
+  (void)state;
+  cohort_runtime_t* rt = (cohort_runtime_t*)0x1;
+  cohort_runtime_info_t info = {.struct_size = sizeof(cohort_runtime_info_t)};
+  setenv("COHORT_DEVICE", "tpu", 1);
+  assert_error(cohort_runtime_create(NULL, &rt), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_create",
+               "environment variable COHORT_DEVICE: invalid value 'tpu'");
+  assert_null(rt);
+  unsetenv("COHORT_DEVICE");
+  /* Asking for a GPU where none is usable says what would work. */
+  cohort_config_t* cfg = NULL;
+  assert_int_equal(cohort_config_create(&cfg), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "device", "cuda"), COHORT_OK);
+  assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
+  assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
+  cohort_runtime_destroy(rt);
+  if (info.cuda_device_count == 0) {
+    assert_error(cohort_runtime_create(cfg, &rt), COHORT_ERR_UNSUPPORTED, "cohort_runtime_create",
+                 "use --device=cpu or --device=auto");
+  }
+  cohort_config_destroy(cfg);
+}
+
+static void finalize_is_once_and_final(void** state) {
+  (void)state;
+  cohort_runtime_t* rt = NULL;
+  assert_int_equal(cohort_finalize(), COHORT_OK);
+  assert_int_equal(cohort_finalize(), COHORT_OK);
+  assert_error(cohort_runtime_create(NULL, &rt), COHORT_ERR_INVALID_STATE, "cohort_runtime_create",
+               "MPI was already finalized");
+}
+
+int main(void) {
+  unsetenv("COHORT_DEVICE");
+  unsetenv("COHORT_THREADS_PER_RANK");
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(single_rank_without_mpirun),
+      cmocka_unit_test(config_is_copied_and_readable),
+      cmocka_unit_test(runtimes_in_sequence_and_side_by_side),
+      cmocka_unit_test(info_and_query_errors),
+      cmocka_unit_test(bad_settings_fail_creation),
+      cmocka_unit_test(finalize_is_once_and_final),
+  };
+  return cmocka_run_group_tests_name("capi_runtime", tests, NULL, NULL);
+}

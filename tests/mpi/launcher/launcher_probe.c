@@ -1,0 +1,81 @@
+/* A stand-in rank for cohortrun's tests. It reads its rank and size from Open MPI's
+ * environment (no MPI calls, so it starts fast) and does what its options say:
+ *   --fail-rank R --exit-code C   rank R exits with status C (others wait to be killed)
+ *   --signal-rank R --signal S    rank R raises signal S
+ *   --sleep S                     every rank sleeps S seconds, then exits 0
+ *   --summary RATE                rank 0 prints a cohort.run/1 summary line whose global
+ *                                 images/sec is RATE × size × (1 − 0.05 × (size − 1))
+ *   --print-env NAME              every rank prints "rank R NAME=value" (or "unset")
+ *   --pid-file DIR                every rank writes its pid to DIR/rank.R.pid
+ * Ranks print "rank R of N ready" first. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int env_int(const char* name, int fallback) {
+  const char* v = getenv(name);
+  return v ? atoi(v) : fallback;
+}
+
+int main(int argc, char** argv) {
+  const int rank = env_int("OMPI_COMM_WORLD_RANK", 0);
+  const int size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+  int fail_rank = -1, exit_code = 1, signal_rank = -1, sig = SIGSEGV;
+  double sleep_s = 0, summary = -1;
+  printf("rank %d of %d ready\n", rank, size);
+  fflush(stdout);
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const char* key = argv[i];
+    const char* value = argv[i + 1];
+    if (strcmp(key, "--fail-rank") == 0)
+      fail_rank = atoi(value);
+    else if (strcmp(key, "--exit-code") == 0)
+      exit_code = atoi(value);
+    else if (strcmp(key, "--signal-rank") == 0)
+      signal_rank = atoi(value);
+    else if (strcmp(key, "--signal") == 0)
+      sig = atoi(value);
+    else if (strcmp(key, "--sleep") == 0)
+      sleep_s = atof(value);
+    else if (strcmp(key, "--summary") == 0)
+      summary = atof(value);
+    else if (strcmp(key, "--print-env") == 0) {
+      const char* v = getenv(value);
+      printf("rank %d %s=%s\n", rank, value, v ? v : "unset");
+    } else if (strcmp(key, "--pid-file") == 0) {
+      char path[4096];
+      snprintf(path, sizeof path, "%s/rank.%d.pid", value, rank);
+      FILE* f = fopen(path, "w");
+      if (f) {
+        fprintf(f, "%d\n", (int)getpid());
+        fclose(f);
+      }
+    } else {
+      fprintf(stderr, "launcher_probe: unknown option %s\n", key);
+      return 64;
+    }
+  }
+  fflush(stdout);
+  if (rank == fail_rank) {
+    fprintf(stderr, "launcher_probe: rank %d exits with status %d\n", rank, exit_code);
+    return exit_code;
+  }
+  if (rank == signal_rank) raise(sig);
+  if (fail_rank >= 0 || signal_rank >= 0) sleep(30); /* killed by mpirun when the other rank fails */
+  if (sleep_s > 0) usleep((useconds_t)(sleep_s * 1e6));
+  if (summary >= 0 && rank == 0) {
+    const double rate = summary * size * (1 - 0.05 * (size - 1));
+    printf("step 10 images/sec: %.1f\n", rate);
+    printf(
+        "{\"schema\": \"cohort.run/1\", \"model\": \"trivial\", \"ranks\": %d, \"local_ranks\": %d, "
+        "\"device\": \"cpu\", \"precision\": \"f32\", \"data\": \"synthetic\", \"batch_per_rank\": 64, "
+        "\"global_batch\": %d, \"steps\": 20, \"warmup_steps\": 10, \"images_per_sec\": {\"median\": %.3f, "
+        "\"mean\": %.3f, \"stderr\": 0.5, \"jitter\": 1.0}, \"time_fraction\": {\"data_wait\": 0.1, "
+        "\"comm_exposed\": 0.05, \"compute\": 0.85}, \"epochs\": 0, \"loss\": 2.3, \"top1\": null, \"top5\": null, "
+        "\"wall_s\": 0.2}\n",
+        size, size, 64 * size, rate, rate);
+  }
+  return 0;
+}
