@@ -12,6 +12,8 @@
 #include "cohort/config.h"
 #include "cohort/build.h"
 #include "cohort/runtime.h"
+#include "cohort/collectives.h"
+#include "cohort/pipeline.h"
 #include "cohort/model.h"
 
 #endif /* COHORT_COHORT_H */
