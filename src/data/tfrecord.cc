@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/status.h"
-#include "data/crc32c.h"
+#include "core/crc32c.h"
 
 namespace cohort::data {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "core/status.h"
 #include "core/strings.h"
-#include "train/crc32c.h"
+#include "core/crc32c.h"
 
 namespace cohort {
 namespace fs = std::filesystem;

@@ -9,7 +9,7 @@
 
 #include "core/status.h"
 #include "train/checkpoint.h"
-#include "train/crc32c.h"
+#include "core/crc32c.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view raw(reinterpret_cast<const char*>(data), size);

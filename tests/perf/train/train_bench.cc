@@ -15,7 +15,7 @@
 
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
-#include "train/crc32c.h"
+#include "core/crc32c.h"
 
 namespace {
 using namespace cohort;

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/status.h"
-#include "data/crc32c.h"
+#include "core/crc32c.h"
 #include "data/file.h"
 #include "data/idx.h"
 #include "data/source.h"

@@ -19,7 +19,7 @@
 #include "core/status.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
-#include "train/crc32c.h"
+#include "core/crc32c.h"
 
 namespace cohort {
 namespace {

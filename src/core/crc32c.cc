@@ -1,4 +1,4 @@
-#include "data/crc32c.h"
+#include "core/crc32c.h"
 
 #include <array>
 #include <cstring>
@@ -7,7 +7,7 @@
 #  include <nmmintrin.h>
 #endif
 
-namespace cohort::data {
+namespace cohort {
 namespace {
 
 // Slicing-by-8 tables for the reflected Castagnoli polynomial.
@@ -86,4 +86,4 @@ uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc) {
 
 uint32_t crc32c_table(const void* data, size_t n, uint32_t crc) { return crc32c_portable(data, n, crc); }
 
-}  // namespace cohort::data
+}  // namespace cohort
