@@ -12,5 +12,6 @@
 #include "cohort/config.h"
 #include "cohort/build.h"
 #include "cohort/runtime.h"
+#include "cohort/model.h"
 
 #endif /* COHORT_COHORT_H */

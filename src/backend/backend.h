@@ -1,0 +1,63 @@
+// The Backend interface: a device that compiles a NetSpec for one batch size and
+// layout into a Plan, which runs forward and backward with every primitive and
+// buffer created once. Parameters, gradients and running statistics live outside,
+// in plain layouts (OIHW, [out, in], [C]); the plan binds their memory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/net_spec.h"
+
+namespace cohort::backend {
+
+struct PlanOptions {
+  int64_t batch = 1;
+  Layout layout = Layout::kNCHW;  // of the input and of read()/read_input_grad()
+  bool training = true;           // false: inference primitives, no backward
+  bool input_grad = false;        // also compute the gradient of the input
+  uint64_t seed = 0;              // dropout
+};
+
+// Where a plan finds parameter, gradient and state memory (plain, f32, host).
+struct Bindings {
+  std::vector<float*> params, grads, states;
+};
+
+class Plan {
+ public:
+  virtual ~Plan() = default;
+  // input: the batch in options().layout (or [N, F]); labels: [N] class indices,
+  // needed when the net ends in a loss. `step` picks the dropout masks.
+  virtual void forward(const float* input, const int32_t* labels, uint64_t step) = 0;
+  // The mean loss of the last forward (nets ending in a loss).
+  virtual float loss() const = 0;
+  // Backward from the loss, or from `output_grad` (plain, like read()) for nets
+  // without one. Gradients overwrite the bound gradient memory; `ready(i)` is called
+  // as soon as gradient i is final.
+  virtual void backward(const float* output_grad, const std::function<void(int)>& ready) = 0;
+  // Copies layer `index`'s output into dst (batch first, plain, in the plan's layout).
+  virtual void read(int index, float* dst) const = 0;
+  // Copies the gradient of the input (options().input_grad) into dst.
+  virtual void read_input_grad(float* dst) const = 0;
+  virtual const PlanOptions& options() const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  // Throws kInvalidArgument for a spec the backend cannot run.
+  virtual std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings, const PlanOptions& options) = 0;
+};
+
+// The oneDNN CPU backend; `threads` > 0 sets the OpenMP thread count of its calls.
+std::shared_ptr<Backend> make_cpu_backend(int threads);
+
+// The CUDA backend on `device` (cuDNN + cuBLAS). Throws kUnsupported in builds
+// without CUDA, kCuda / kCudnn / kCublas when the device cannot be used.
+std::shared_ptr<Backend> make_cuda_backend(int device);
+
+}  // namespace cohort::backend

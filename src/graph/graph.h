@@ -1,0 +1,128 @@
+// A network as a DAG of layers: a builder that infers shapes (no memory is
+// allocated while building, so counting a model's parameters is cheap), the
+// parameter + gradient registry (stable names, plain layouts: OIHW, [out, in], [C]),
+// and execution through a backend Plan, compiled once per (batch, layout, mode) and
+// reused for every step. A gradient-ready hook fires for each parameter as soon as
+// backward has finished it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/net_spec.h"
+#include "tensor/tensor.h"
+
+namespace cohort {
+
+using backend::ActKind;
+using backend::Layout;
+
+struct ConvOptions {
+  int kh = 3, kw = 3;
+  int stride = 1, pad = 0, dilation = 1, groups = 1;
+  bool bias = true;
+};
+
+struct PoolOptions {
+  int kernel = 2, stride = 2, pad = 0;
+  bool ceil_mode = false;
+};
+
+struct Parameter {
+  enum class Init { kHeUniform, kZero, kOne };
+  std::string name;    // "layer1.0.conv1.weight"
+  Shape shape;         // plain layout
+  Tensor value, grad;  // allocated by Graph::materialize()
+  Init init = Init::kHeUniform;
+};
+
+class Graph {
+ public:
+  // input: per-sample shape, {C, H, W} (images) or {F} (feature vectors).
+  explicit Graph(const Shape& input);
+  int input() const { return 0; }
+
+  // Builders return the new layer's index. Names must be unique; bad shapes (kernel
+  // larger than the padded input, channel mismatch, ...) throw kInvalidArgument
+  // naming the layer.
+  int conv(int in, const std::string& name, int out_channels, const ConvOptions& o);
+  int dense(int in, const std::string& name, int out_features, bool bias = true);
+  int batch_norm(int in, const std::string& name, float eps = 1e-5f, float momentum = 0.1f);
+  int activation(int in, const std::string& name, ActKind kind, float alpha = 0.f);
+  int relu(int in, const std::string& name) { return activation(in, name, ActKind::kRelu); }
+  int max_pool(int in, const std::string& name, const PoolOptions& o);
+  int avg_pool(int in, const std::string& name, const PoolOptions& o);
+  int global_avg_pool(int in, const std::string& name);  // {C, H, W} → {C}
+  int lrn(int in, const std::string& name, int size, float alpha, float beta, float k);
+  int dropout(int in, const std::string& name, float p);
+  int concat(const std::vector<int>& ins, const std::string& name);  // along channels
+  int add(const std::vector<int>& ins, const std::string& name);
+  int flatten(int in, const std::string& name);
+  int shortcut_a(int in, const std::string& name, int out_channels, int stride);
+  int softmax_xent(int in, const std::string& name, float label_smoothing = 0.f);
+
+  const backend::NetSpec& spec() const { return spec_; }
+  int num_layers() const { return static_cast<int>(spec_.layers.size()); }
+  const Shape& shape(int layer) const;
+  int find(const std::string& name) const;  // -1 when absent
+  bool has_loss() const { return spec_.has_loss(); }
+  int64_t num_params() const;  // elements of all parameters
+  const std::vector<Parameter>& params() const { return params_; }
+  std::vector<Parameter>& params() { return params_; }
+  // Running statistics (batch norm), named like parameters.
+  const std::vector<Parameter>& states() const { return states_; }
+  // A table: layer, kind, output shape, parameters.
+  std::string summary() const;
+
+  // ---- execution ----
+  // Allocates and initializes parameters (He-uniform weights, zero biases, unit
+  // scales) from `seed`. Adding layers afterwards is an error.
+  void materialize(uint64_t seed);
+  bool materialized() const { return materialized_; }
+  void set_backend(std::shared_ptr<backend::Backend> backend);
+  void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
+  // The step number the next forward_train uses (it picks the dropout masks).
+  void set_step(uint64_t step) { step_ = step; }
+  uint64_t step() const { return step_; }
+  // Called with the parameter index as soon as its gradient is final.
+  using GradReady = std::function<void(int index, const Parameter& param)>;
+  void set_grad_ready(GradReady hook) { grad_ready_ = std::move(hook); }
+
+  // Training forward (dropout on, batch statistics) and, with labels, the loss.
+  float forward_train(const float* input, int64_t batch, Layout layout, const int32_t* labels);
+  // Backward of the last forward_train; output_grad is needed when there is no loss.
+  void backward(const float* output_grad = nullptr);
+  // Inference: writes layer `layer`'s output (default: the last non-loss layer).
+  void infer(const float* input, int64_t batch, Layout layout, float* output, int layer = -1);
+  // The inference loss of a batch (nets ending in a loss).
+  float eval_loss(const float* input, int64_t batch, Layout layout, const int32_t* labels);
+  // The training plan used last (tests read intermediate values through it).
+  backend::Plan& plan(int64_t batch, Layout layout, bool training, bool input_grad = false);
+  int output_layer() const;
+
+ private:
+  int add_layer(backend::LayerSpec l);
+  int add_param(const std::string& name, const Shape& shape, Parameter::Init init);
+  const backend::LayerSpec& at(int index, const char* what) const;
+  void check_open() const;
+  void check_new(const std::string& name) const;
+
+  backend::NetSpec spec_;
+  std::vector<Parameter> params_, states_;
+  std::map<std::string, int> names_;
+  bool materialized_ = false;
+  std::shared_ptr<backend::Backend> backend_;
+  backend::Bindings bindings_;
+  std::map<std::tuple<int64_t, int, bool, bool>, std::unique_ptr<backend::Plan>> plans_;
+  backend::Plan* last_train_ = nullptr;
+  uint64_t step_ = 0, dropout_seed_ = 0;
+  GradReady grad_ready_;
+};
+
+}  // namespace cohort
