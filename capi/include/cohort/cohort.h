@@ -13,5 +13,6 @@
 #include "cohort/build.h"
 #include "cohort/runtime.h"
 #include "cohort/model.h"
+#include "cohort/pipeline.h"
 
 #endif /* COHORT_COHORT_H */

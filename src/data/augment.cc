@@ -1,0 +1,277 @@
+#include "data/augment.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/status.h"
+#include "kernels/colour.h"
+#include "kernels/philox.h"
+
+namespace cohort::data {
+namespace {
+
+// A stream of uniform floats from Philox for one (seed, stream).
+class Rng {
+ public:
+  Rng(uint64_t seed, uint64_t stream) : seed_(seed), stream_(stream) {}
+  uint32_t word() {
+    if (used_ == 4) {
+      block_ = kernels::philox4x32(counter_++, stream_, seed_);
+      used_ = 0;
+    }
+    return block_.v[used_++];
+  }
+  float uniform() { return kernels::uniform01(word()); }
+  float uniform(float lo, float hi) { return lo + (hi - lo) * uniform(); }
+  int64_t below(int64_t n) { return n <= 1 ? 0 : static_cast<int64_t>(word() % static_cast<uint64_t>(n)); }
+
+ private:
+  uint64_t seed_, stream_, counter_ = 0;
+  kernels::Philox4 block_{};
+  int used_ = 4;
+};
+
+uint64_t sample_stream(int64_t epoch, int64_t index, uint64_t tag) {
+  return (static_cast<uint64_t>(epoch) << 40) ^ static_cast<uint64_t>(index) ^ (tag << 60);
+}
+
+}  // namespace
+
+Crop distorted_crop(int width, int height, const std::vector<BBox>& boxes, const AugmentOptions& o, uint64_t seed,
+                    uint64_t stream) {
+  Rng rng(seed, stream);
+  const double img_area = static_cast<double>(width) * height;
+  const double min_area = o.area_min * img_area, max_area = o.area_max * img_area;
+  for (int attempt = 0; attempt < o.attempts; ++attempt) {
+    double ar = rng.uniform(o.aspect_min, o.aspect_max);
+    long h = std::lrint(std::sqrt(min_area / ar));
+    long max_h = std::lrint(std::sqrt(max_area / ar));
+    if (std::lrint(max_h * ar) > width) max_h = static_cast<long>((width + 0.5 - 1e-7) / ar);
+    if (max_h > height) max_h = height;
+    if (h > max_h) h = max_h;
+    if (h < max_h) h += rng.below(max_h - h + 1);
+    long w = std::lrint(h * ar);
+    double area = static_cast<double>(w) * h;
+    if (area < min_area) {
+      ++h;
+      w = std::lrint(h * ar);
+      area = static_cast<double>(w) * h;
+    }
+    if (w <= 0 || h <= 0 || w > width || h > height || area < min_area || area > max_area) continue;
+    long y = rng.below(height - h + 1), x = rng.below(width - w + 1);
+    // Coverage of at least one box (the whole image when there is none).
+    bool covered = false;
+    auto check = [&](const BBox& b) {
+      double bx0 = b.xmin * width, bx1 = b.xmax * width, by0 = b.ymin * height, by1 = b.ymax * height;
+      double barea = (bx1 - bx0) * (by1 - by0);
+      double ix = std::max(0.0, std::min<double>(bx1, x + w) - std::max<double>(bx0, x));
+      double iy = std::max(0.0, std::min<double>(by1, y + h) - std::max<double>(by0, y));
+      if (barea > 0 && ix * iy / barea >= o.min_object_covered) covered = true;
+    };
+    if (boxes.empty()) {
+      check(BBox{});
+    } else {
+      for (const auto& b : boxes) check(b);
+    }
+    if (!covered) continue;
+    return {static_cast<int>(x), static_cast<int>(y), static_cast<int>(w), static_cast<int>(h)};
+  }
+  return {0, 0, width, height};
+}
+
+Crop eval_crop(int width, int height, const AugmentOptions& o) {
+  if (o.eval_whole) return {0, 0, width, height};
+  double scale = static_cast<double>(o.eval_resize) / std::min(width, height);
+  int cw = std::min(width, std::max(1, static_cast<int>(std::lround(o.out_w / scale))));
+  int ch = std::min(height, std::max(1, static_cast<int>(std::lround(o.out_h / scale))));
+  return {(width - cw) / 2, (height - ch) / 2, cw, ch};
+}
+
+Draws draw_sample(int width, int height, const std::vector<BBox>& boxes, const AugmentOptions& o, int64_t epoch,
+                  int64_t index, int batch_position) {
+  Draws d;
+  d.crop = o.random_crop ? distorted_crop(width, height, boxes, o, o.seed, sample_stream(epoch, index, 1))
+                         : eval_crop(width, height, o);
+  Rng rng(o.seed, sample_stream(epoch, index, 2));
+  d.flip_lr = rng.uniform() < o.flip_lr_prob;
+  d.flip_ud = rng.uniform() < o.flip_ud_prob;
+  d.color = o.color_jitter;
+  if (d.color) {
+    d.brightness = rng.uniform(-o.brightness_delta, o.brightness_delta);
+    d.contrast = rng.uniform(o.contrast_min, o.contrast_max);
+    d.saturation = rng.uniform(o.saturation_min, o.saturation_max);
+    d.hue = rng.uniform(-o.hue_delta, o.hue_delta);
+    d.order = batch_position % 2;
+  }
+  return d;
+}
+
+size_t sample_bytes(const AugmentOptions& o, int channels) {
+  return static_cast<size_t>(o.out_h) * static_cast<size_t>(o.out_w) * static_cast<size_t>(channels) *
+         dtype_size(o.dtype);
+}
+
+void zero_sample(const AugmentOptions& o, int channels, void* dst) { std::memset(dst, 0, sample_bytes(o, channels)); }
+
+namespace {
+
+// Writes one row of C-channel values (in [0, range]) to output row y.
+template <int C>
+void write_row(const float* row, int y, float range, const AugmentOptions& o, void* dst) {
+  const int W = o.out_w, H = o.out_h;
+  const size_t plane = static_cast<size_t>(W) * H;
+  if (o.dtype == DType::kU8) {
+    auto* out = static_cast<uint8_t*>(dst);
+    const float k = 255.0f / range;
+    for (int c = 0; c < C; ++c) {
+      for (int x = 0; x < W; ++x) {
+        float v = row[x * C + c] * k + 0.5f;
+        v = v < 0 ? 0 : (v > 255 ? 255 : v);
+        size_t at = o.nhwc ? (static_cast<size_t>(y) * W + x) * C + c : c * plane + static_cast<size_t>(y) * W + x;
+        out[at] = static_cast<uint8_t>(v);
+      }
+    }
+    return;
+  }
+  float scale[C], bias[C];
+  for (int c = 0; c < C; ++c) {
+    auto n = kernels::Normalize::from_mean_std(o.mean[c], o.stddev[c], range);
+    scale[c] = n.scale;
+    bias[c] = n.bias;
+  }
+  if (o.dtype == DType::kF32) {
+    auto* out = static_cast<float*>(dst);
+    if (o.nhwc) {
+      float* r = out + static_cast<size_t>(y) * W * C;
+      for (int x = 0; x < W; ++x)
+        for (int c = 0; c < C; ++c) r[x * C + c] = row[x * C + c] * scale[c] + bias[c];
+    } else {
+      for (int c = 0; c < C; ++c) {
+        float* r = out + c * plane + static_cast<size_t>(y) * W;
+        const float s = scale[c], b = bias[c];
+        for (int x = 0; x < W; ++x) r[x] = row[x * C + c] * s + b;
+      }
+    }
+    return;
+  }
+  auto* out = static_cast<uint16_t*>(dst);
+  for (int c = 0; c < C; ++c) {
+    for (int x = 0; x < W; ++x) {
+      size_t at = o.nhwc ? (static_cast<size_t>(y) * W + x) * C + c : c * plane + static_cast<size_t>(y) * W + x;
+      out[at] = kernels::float_to_half_bits(row[x * C + c] * scale[c] + bias[c]);
+    }
+  }
+}
+
+}  // namespace
+
+template <int C>
+void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride, float crop_x, float crop_y,
+                        float crop_w, float crop_h, const Draws& d, const AugmentOptions& o, void* dst) {
+  const int W = o.out_w, H = o.out_h;
+  x0_.resize(static_cast<size_t>(W));
+  x1_.resize(static_cast<size_t>(W));
+  wx_.resize(static_cast<size_t>(W));
+  row_.resize(static_cast<size_t>(W) * C);
+  // Half-pixel centres: output pixel i samples source crop_x + (i + 0.5) * crop_w / W - 0.5.
+  const float sx = crop_w / W, sy = crop_h / H;
+  int lo = src_w, hi = 0;
+  for (int i = 0; i < W; ++i) {
+    int ox = d.flip_lr ? W - 1 - i : i;
+    float fx = crop_x + (ox + 0.5f) * sx - 0.5f;
+    fx = std::clamp(fx, 0.0f, static_cast<float>(src_w - 1));
+    int x0 = static_cast<int>(fx), x1 = std::min(x0 + 1, src_w - 1);
+    lo = std::min(lo, x0);
+    hi = std::max(hi, x1);
+    wx_[static_cast<size_t>(i)] = fx - static_cast<float>(x0);
+    x0_[static_cast<size_t>(i)] = x0 * C;
+    x1_[static_cast<size_t>(i)] = x1 * C;
+  }
+  // Vertical blend first over the source columns in use (contiguous, vectorises),
+  // then the horizontal taps from that one row.
+  const int span = (hi - lo + 1) * C;
+  row_a_.resize(static_cast<size_t>(span));
+  for (int i = 0; i < W; ++i) {
+    x0_[static_cast<size_t>(i)] -= lo * C;
+    x1_[static_cast<size_t>(i)] -= lo * C;
+  }
+  const bool color = d.color;
+  if (color) image_.resize(static_cast<size_t>(W) * H * C);
+  const bool fast_f32 = !color && o.dtype == DType::kF32 && !o.nhwc;
+  float scale[C], bias[C];
+  for (int c = 0; c < C; ++c) {
+    auto n = kernels::Normalize::from_mean_std(o.mean[c], o.stddev[c], 255.0f);
+    scale[c] = n.scale;
+    bias[c] = n.bias;
+  }
+  const size_t plane = static_cast<size_t>(W) * H;
+  double sums[C] = {};
+  kernels::SaturationHue sat_hue{d.saturation, d.hue};
+  float* v = row_a_.data();
+  for (int oy = 0; oy < H; ++oy) {
+    float fy = crop_y + (oy + 0.5f) * sy - 0.5f;
+    fy = std::clamp(fy, 0.0f, static_cast<float>(src_h - 1));
+    int y0 = static_cast<int>(fy), y1 = std::min(y0 + 1, src_h - 1);
+    float wy = fy - static_cast<float>(y0);
+    const uint8_t* a = src + stride * static_cast<size_t>(y0) + static_cast<size_t>(lo) * C;
+    const uint8_t* b = src + stride * static_cast<size_t>(y1) + static_cast<size_t>(lo) * C;
+    for (int i = 0; i < span; ++i)
+      v[i] = static_cast<float>(a[i]) + (static_cast<float>(b[i]) - static_cast<float>(a[i])) * wy;
+    int out_y = d.flip_ud ? H - 1 - oy : oy;
+    if (fast_f32) {
+      float* planes[C];
+      for (int c = 0; c < C; ++c) planes[c] = static_cast<float*>(dst) + c * plane + static_cast<size_t>(out_y) * W;
+      for (int i = 0; i < W; ++i) {
+        const float* p0 = v + x0_[static_cast<size_t>(i)];
+        const float* p1 = v + x1_[static_cast<size_t>(i)];
+        float w = wx_[static_cast<size_t>(i)];
+        for (int c = 0; c < C; ++c) planes[c][i] = (p0[c] + (p1[c] - p0[c]) * w) * scale[c] + bias[c];
+      }
+      continue;
+    }
+    float* r = color ? image_.data() + static_cast<size_t>(out_y) * W * C : row_.data();
+    const float k = color ? 1.0f / 255.0f : 1.0f;
+    for (int i = 0; i < W; ++i) {
+      const float* p0 = v + x0_[static_cast<size_t>(i)];
+      const float* p1 = v + x1_[static_cast<size_t>(i)];
+      float w = wx_[static_cast<size_t>(i)];
+      for (int c = 0; c < C; ++c) r[i * C + c] = (p0[c] + (p1[c] - p0[c]) * w) * k;
+    }
+    if (!color) {
+      write_row<C>(r, out_y, 255.0f, o, dst);
+      continue;
+    }
+    kernels::Brightness bright{d.brightness};
+    for (int i = 0; i < W * C; ++i) r[i] = bright(r[i]);
+    if (C == 3 && d.order == 0)
+      for (int i = 0; i < W; ++i) sat_hue(&r[3 * i], &r[3 * i + 1], &r[3 * i + 2]);
+    for (int i = 0; i < W; ++i)
+      for (int c = 0; c < C; ++c) sums[c] += r[i * C + c];
+  }
+  if (!color) return;
+  float means[C];
+  for (int c = 0; c < C; ++c) means[c] = static_cast<float>(sums[c] / (static_cast<double>(W) * H));
+  for (int y = 0; y < H; ++y) {
+    float* r = image_.data() + static_cast<size_t>(y) * W * C;
+    for (int i = 0; i < W; ++i) {
+      for (int c = 0; c < C; ++c) r[i * C + c] = kernels::Contrast{d.contrast, means[c]}(r[i * C + c]);
+      if (C == 3 && d.order == 1) sat_hue(&r[3 * i], &r[3 * i + 1], &r[3 * i + 2]);
+      for (int c = 0; c < C; ++c) r[i * C + c] = kernels::clamp01(r[i * C + c]);
+    }
+    write_row<C>(r, y, 1.0f, o, dst);
+  }
+}
+
+void Renderer::render(const uint8_t* src, int src_w, int src_h, size_t stride, int channels, float crop_x, float crop_y,
+                      float crop_w, float crop_h, const Draws& d, const AugmentOptions& o, void* dst) {
+  if (channels == 3) {
+    render_c<3>(src, src_w, src_h, stride, crop_x, crop_y, crop_w, crop_h, d, o, dst);
+  } else if (channels == 1) {
+    render_c<1>(src, src_w, src_h, stride, crop_x, crop_y, crop_w, crop_h, d, o, dst);
+  } else {
+    fail(Code::kInvalidArgument, "images with ", channels, " channels are not supported (1 or 3)");
+  }
+}
+
+}  // namespace cohort::data

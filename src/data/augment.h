@@ -1,0 +1,83 @@
+// Per-sample geometry and colour: the crop window (Inception-style distorted bounding
+// box for training, resize-shorter-side + centre crop for evaluation), flips, colour
+// jitter, mean/std normalisation, and the resampler that writes one sample straight
+// into its place in a batch (NCHW or NHWC; f32, f16 or u8).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/example.h"
+#include "tensor/dtype.h"
+
+namespace cohort::data {
+
+struct AugmentOptions {
+  int out_h = 224, out_w = 224;
+  bool random_crop = true;
+  float area_min = 0.05f, area_max = 1.0f, aspect_min = 0.75f, aspect_max = 1.33f;
+  int attempts = 100;
+  float min_object_covered = 0.1f;
+  float flip_lr_prob = 0.5f, flip_ud_prob = 0.0f;
+  bool color_jitter = true;
+  float brightness_delta = 32.0f / 255.0f;
+  float contrast_min = 0.5f, contrast_max = 1.5f;
+  float saturation_min = 0.5f, saturation_max = 1.5f;
+  float hue_delta = 0.2f;
+  int eval_resize = 256;    // !random_crop: shorter side → this, then centre crop
+  bool eval_whole = false;  // !random_crop: resize the whole image instead (raw sources)
+  float mean[4] = {0.485f, 0.456f, 0.406f, 0.0f};
+  float stddev[4] = {0.229f, 0.224f, 0.225f, 1.0f};
+  DType dtype = DType::kF32;
+  bool nhwc = false;
+  uint64_t seed = 0;
+};
+
+struct Crop {
+  int x = 0, y = 0, w = 0, h = 0;
+};
+
+// Everything random about one sample, drawn from Philox keyed by (seed, epoch, index):
+// the same for any thread count.
+struct Draws {
+  Crop crop;
+  bool flip_lr = false, flip_ud = false;
+  bool color = false;
+  float brightness = 0, contrast = 1, saturation = 1, hue = 0;
+  int order = 0;  // tf_cnn_benchmarks' distort_color: fn_0 for even batch positions, fn_1 for odd
+};
+
+// sample_distorted_bounding_box: a crop with area and aspect in range that covers at
+// least min_object_covered of some box (the whole image when there is none); the
+// whole image when no attempt fits.
+Crop distorted_crop(int width, int height, const std::vector<BBox>& boxes, const AugmentOptions& o, uint64_t seed,
+                    uint64_t stream);
+Crop eval_crop(int width, int height, const AugmentOptions& o);
+Draws draw_sample(int width, int height, const std::vector<BBox>& boxes, const AugmentOptions& o, int64_t epoch,
+                  int64_t index, int batch_position);
+
+// Bytes of one output sample.
+size_t sample_bytes(const AugmentOptions& o, int channels);
+
+// Writes one sample (channels 1 or 3) from a u8 HWC source region into dst, which
+// points at the sample's slot (C*H*W elements in the layout of o). The crop is given
+// in source pixels (fractional). Holds scratch rows; one per thread.
+class Renderer {
+ public:
+  void render(const uint8_t* src, int src_w, int src_h, size_t stride, int channels, float crop_x, float crop_y,
+              float crop_w, float crop_h, const Draws& d, const AugmentOptions& o, void* dst);
+
+ private:
+  template <int C>
+  void render_c(const uint8_t* src, int src_w, int src_h, size_t stride, float crop_x, float crop_y, float crop_w,
+                float crop_h, const Draws& d, const AugmentOptions& o, void* dst);
+  std::vector<int> x0_, x1_;
+  std::vector<float> wx_;
+  std::vector<float> row_a_, row_;
+  std::vector<float> image_;
+};
+
+// Fills a sample slot with zeros (padding).
+void zero_sample(const AugmentOptions& o, int channels, void* dst);
+
+}  // namespace cohort::data

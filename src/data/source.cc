@@ -1,0 +1,361 @@
+#include "data/source.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/logging.h"
+#include "core/status.h"
+#include "data/file.h"
+#include "data/idx.h"
+#include "data/tfrecord.h"
+
+namespace cohort::data {
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
+
+// ---- TFRecord shards ----
+class TFRecordSource : public Source {
+ public:
+  TFRecordSource(std::vector<std::string> paths, const SourceOptions& o) : options_(o) {
+    for (auto& path : paths) {
+      Shard shard{std::make_unique<File>(path), {}};
+      std::string index_path = path + ".idx";
+      if (is_regular_file(index_path)) {
+        auto text = read_file(index_path, uint64_t(1) << 32);
+        shard.extents =
+            parse_index({reinterpret_cast<const char*>(text.data()), text.size()}, index_path, shard.file->size());
+      } else {
+        std::string problem;
+        shard.extents = scan_tfrecord(*shard.file, o.crc_check, &problem);
+        if (!problem.empty()) {
+          if (o.on_error == OnError::kFail) fail(Code::kCorruptData, "'", path, "': ", problem, " (on_error=fail)");
+          COHORT_LOG_WARN("'", path, "': ", problem, "; using the ", shard.extents.size(), " records before it");
+          problems_.push_back(cat("'", path, "': ", problem));
+        } else if (o.write_index) {
+          try {
+            std::string text = format_index(shard.extents);
+            write_file(index_path, text.data(), text.size());
+          } catch (const Error& e) {
+            COHORT_LOG_DEBUG("index kept in memory: ", e.what());
+          }
+        }
+      }
+      total_ += static_cast<int64_t>(shard.extents.size());
+      starts_.push_back(total_);
+      shards_.push_back(std::move(shard));
+    }
+    if (total_ == 0) fail(Code::kInvalidArgument, "data_dir '", o.path, "': the TFRecord shards hold no records");
+  }
+
+  int64_t size() const override { return total_; }
+  std::string kind() const override { return "tfrecord"; }
+  std::vector<std::string> problems() const override { return problems_; }
+  std::string describe() const override {
+    return cat(total_, " records in ", shards_.size(), " TFRecord shards at '", options_.path, "'");
+  }
+
+  std::string origin(int64_t index) const override {
+    auto [s, r] = locate(index);
+    return cat("'", shards_[s].file->path(), "' offset ", shards_[s].extents[r].offset, " (record ", r, ")");
+  }
+
+  void read(int64_t index, Sample& out) const override {
+    auto [s, r] = locate(index);
+    const Shard& shard = shards_[s];
+    auto data = read_record(*shard.file, shard.extents[r], options_.crc_check, out.storage);
+    parse_image_example(data, origin(index), out.example);
+    if (!out.example.has_label) fail(Code::kCorruptData, origin(index), ": the Example has no image/class/label");
+    out.kind = Sample::Kind::kEncoded;
+    out.encoded = out.example.image;
+    out.label = out.example.label + options_.label_offset;
+    if (out.label < 0 || (options_.num_classes > 0 && out.label >= options_.num_classes))
+      fail(Code::kCorruptData, origin(index), ": label ", out.example.label, " + label_offset ", options_.label_offset,
+           " is outside [0, ", options_.num_classes > 0 ? options_.num_classes : INT64_MAX, ")");
+    out.boxes = out.example.boxes;
+  }
+
+ private:
+  struct Shard {
+    std::unique_ptr<File> file;
+    std::vector<RecordExtent> extents;
+  };
+  std::pair<size_t, size_t> locate(int64_t index) const {
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), index);
+    size_t s = static_cast<size_t>(it - starts_.begin());
+    int64_t first = s == 0 ? 0 : starts_[s - 1];
+    return {s, static_cast<size_t>(index - first)};
+  }
+
+  SourceOptions options_;
+  std::vector<std::string> problems_;
+  std::vector<Shard> shards_;
+  std::vector<int64_t> starts_;  // cumulative record counts
+  int64_t total_ = 0;
+};
+
+// ---- image folder: one sub-folder per class, sorted ----
+class FolderSource : public Source {
+ public:
+  explicit FolderSource(const SourceOptions& o) : options_(o) {
+    for (const auto& name : list_directory(o.path)) {
+      std::string dir = join_path(o.path, name);
+      if (!is_directory(dir)) continue;
+      int64_t label = static_cast<int64_t>(classes_.size());
+      classes_.push_back(name);
+      for (const auto& file : list_directory(dir)) {
+        std::string path = join_path(dir, file);
+        if (is_regular_file(path)) files_.push_back({path, label});
+      }
+    }
+    if (classes_.empty()) fail(Code::kInvalidArgument, "data_dir '", o.path, "' has no class sub-folders");
+    if (files_.empty()) fail(Code::kInvalidArgument, "data_dir '", o.path, "': the class sub-folders hold no files");
+    if (o.num_classes > 0 && static_cast<int64_t>(classes_.size()) + o.label_offset > o.num_classes)
+      fail(Code::kInvalidArgument, "data_dir '", o.path, "' has ", classes_.size(), " classes but num_classes is ",
+           o.num_classes);
+  }
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  std::string kind() const override { return "folder"; }
+  int64_t classes() const override { return static_cast<int64_t>(classes_.size()); }
+  std::vector<std::string> class_names() const override { return classes_; }
+  std::string describe() const override {
+    return cat(files_.size(), " images in ", classes_.size(), " classes at '", options_.path, "'");
+  }
+  std::string origin(int64_t index) const override { return cat("'", files_[static_cast<size_t>(index)].path, "'"); }
+  void read(int64_t index, Sample& out) const override {
+    const auto& f = files_[static_cast<size_t>(index)];
+    File file(f.path);
+    if (file.size() > (uint64_t(1) << 30)) fail(Code::kCorruptData, origin(index), ": file larger than 1 GiB");
+    out.storage.resize(file.size());
+    if (file.size()) file.read_at(0, out.storage.data(), out.storage.size());
+    out.kind = Sample::Kind::kEncoded;
+    out.encoded = out.storage;
+    out.label = f.label + options_.label_offset;
+    out.boxes.clear();
+  }
+
+ private:
+  struct Entry {
+    std::string path;
+    int64_t label;
+  };
+  SourceOptions options_;
+  std::vector<std::string> classes_;
+  std::vector<Entry> files_;
+};
+
+// ---- raw u8 pixels with labels (MNIST IDX, caller memory) ----
+class RawSource : public Source {
+ public:
+  RawSource(std::string kind, std::string where, int64_t n, int h, int w, int c, const uint8_t* pixels,
+            std::vector<int64_t> labels, const SourceOptions& o)
+      : kind_(std::move(kind)),
+        where_(std::move(where)),
+        n_(n),
+        h_(h),
+        w_(w),
+        c_(c),
+        pixels_(pixels),
+        labels_(std::move(labels)) {
+    if (n_ == 0) fail(Code::kInvalidArgument, where_, ": the dataset is empty");
+    int64_t max_label = 0;
+    for (int64_t i = 0; i < n_; ++i) {
+      labels_[static_cast<size_t>(i)] += o.label_offset;
+      int64_t l = labels_[static_cast<size_t>(i)];
+      if (l < 0 || (o.num_classes > 0 && l >= o.num_classes))
+        fail(Code::kInvalidArgument, where_, ": label ", l, " of sample ", i, " is outside [0, ",
+             o.num_classes > 0 ? o.num_classes : INT64_MAX, ") (label_offset ", o.label_offset, ")");
+      max_label = std::max(max_label, l);
+    }
+    classes_ = max_label + 1;
+  }
+  int64_t size() const override { return n_; }
+  std::string kind() const override { return kind_; }
+  bool encoded() const override { return false; }
+  int raw_height() const override { return h_; }
+  int raw_width() const override { return w_; }
+  int raw_channels() const override { return c_; }
+  int64_t classes() const override { return classes_; }
+  std::string describe() const override { return cat(n_, " images of ", h_, "x", w_, "x", c_, " from ", where_); }
+  std::string origin(int64_t index) const override { return cat(where_, " sample ", index); }
+  void read(int64_t index, Sample& out) const override {
+    out.kind = Sample::Kind::kRaw;
+    out.raw = pixels_ + static_cast<size_t>(index) * static_cast<size_t>(h_) * w_ * c_;
+    out.raw_h = h_;
+    out.raw_w = w_;
+    out.raw_c = c_;
+    out.label = labels_[static_cast<size_t>(index)];
+    out.boxes.clear();
+  }
+
+ protected:
+  std::string kind_, where_;
+  int64_t n_;
+  int h_, w_, c_;
+  const uint8_t* pixels_;
+  std::vector<int64_t> labels_;
+  int64_t classes_ = 0;
+};
+
+class IdxSource : public RawSource {
+ public:
+  IdxSource(IdxArray images, IdxArray labels, const std::string& images_path, const SourceOptions& o)
+      : RawSource("idx", cat("'", images_path, "'"), check(images, labels, images_path),
+                  static_cast<int>(images.dims[1]), static_cast<int>(images.dims[2]), 1, nullptr,
+                  std::vector<int64_t>(labels.data.begin(), labels.data.end()), o),
+        images_(std::move(images)) {
+    pixels_ = images_.data.data();
+  }
+
+ private:
+  static int64_t check(const IdxArray& images, const IdxArray& labels, const std::string& path) {
+    if (images.dims.size() != 3) fail(Code::kCorruptData, "'", path, "': MNIST images must have 3 dimensions");
+    if (labels.dims.size() != 1 || labels.dims[0] != images.dims[0])
+      fail(Code::kCorruptData, "'", path, "': ", images.dims[0], " images but ",
+           labels.dims.empty() ? 0 : labels.dims[0], " labels");
+    if (images.dims[1] <= 0 || images.dims[2] <= 0 || images.dims[1] > 65535 || images.dims[2] > 65535)
+      fail(Code::kCorruptData, "'", path, "': bad image size");
+    return images.dims[0];
+  }
+  IdxArray images_;
+};
+
+class SyntheticSource : public Source {
+ public:
+  explicit SyntheticSource(const SourceOptions& o) : n_(o.synthetic_samples), classes_(o.synthetic_classes) {}
+  int64_t size() const override { return n_; }
+  std::string kind() const override { return "synthetic"; }
+  bool encoded() const override { return false; }
+  int64_t classes() const override { return classes_; }
+  std::string describe() const override { return cat("synthetic data (", n_, " samples per epoch)"); }
+  std::string origin(int64_t index) const override { return cat("synthetic sample ", index); }
+  void read(int64_t, Sample& out) const override { out.kind = Sample::Kind::kPad; }
+
+ private:
+  int64_t n_, classes_;
+};
+
+std::string find_idx(const std::string& dir, const std::string& stem) {
+  for (const char* suffix : {"", ".gz"}) {
+    std::string p = join_path(dir, stem + suffix);
+    if (is_regular_file(p)) return p;
+  }
+  return {};
+}
+
+std::shared_ptr<Source> open_idx(const SourceOptions& o) {
+  std::string images, labels;
+  if (is_directory(o.path)) {
+    std::string prefix = o.split == "train" ? "train" : "t10k";
+    images = find_idx(o.path, prefix + "-images-idx3-ubyte");
+    labels = find_idx(o.path, prefix + "-labels-idx1-ubyte");
+    if (images.empty() || labels.empty())
+      fail(Code::kInvalidArgument, "data_dir '", o.path, "': no ", prefix, "-images-idx3-ubyte[.gz] and ", prefix,
+           "-labels-idx1-ubyte[.gz] files");
+  } else {
+    images = o.path;
+    auto pos = images.find("images-idx3");
+    if (pos == std::string::npos)
+      fail(Code::kInvalidArgument, "data_dir '", o.path,
+           "': an MNIST path must name the *-images-idx3-ubyte[.gz] file or its folder");
+    labels = images;
+    labels.replace(pos, 11, "labels-idx1");
+    if (!is_regular_file(labels)) fail(Code::kIo, "MNIST labels '", labels, "' not found beside '", images, "'");
+  }
+  return std::make_shared<IdxSource>(read_idx(images), read_idx(labels), images, o);
+}
+
+std::vector<std::string> tfrecord_files(const SourceOptions& o) {
+  if (o.path.find_first_of("*?[") != std::string::npos) {
+    std::vector<std::string> out;
+    for (auto& p : glob_paths(o.path))
+      if (!ends_with(p, ".idx") && is_regular_file(p)) out.push_back(p);
+    if (out.empty()) fail(Code::kIo, "data_dir '", o.path, "' matches no files");
+    return out;
+  }
+  if (is_regular_file(o.path)) return {o.path};
+  std::vector<std::string> all, split;
+  std::string prefix = o.split == "train" ? "train" : "validation";
+  for (const auto& name : list_directory(o.path)) {
+    std::string p = join_path(o.path, name);
+    if (ends_with(name, ".idx") || !is_regular_file(p)) continue;
+    all.push_back(p);
+    if (starts_with(name, prefix + "-") || starts_with(name, prefix + ".")) split.push_back(p);
+  }
+  if (all.empty()) fail(Code::kInvalidArgument, "data_dir '", o.path, "' holds no files");
+  return split.empty() ? all : split;
+}
+
+std::string detect(const SourceOptions& o) {
+  if (is_regular_file(o.path)) return o.path.find("-idx") != std::string::npos ? "idx" : "tfrecord";
+  if (o.path.find_first_of("*?[") != std::string::npos) return "tfrecord";
+  bool has_dirs = false;
+  for (const auto& name : list_directory(o.path)) {
+    if (name.find("-idx3-ubyte") != std::string::npos) return "idx";
+    if (is_directory(join_path(o.path, name))) has_dirs = true;
+  }
+  return has_dirs ? "folder" : "tfrecord";
+}
+
+}  // namespace
+
+std::shared_ptr<Source> open_source(const SourceOptions& o) {
+  std::string kind = o.kind;
+  if (kind == "synthetic" || (kind == "auto" && o.path.empty())) return std::make_shared<SyntheticSource>(o);
+  if (o.path.empty()) fail(Code::kInvalidArgument, "data_source '", kind, "' needs data_dir");
+  bool pattern = o.path.find_first_of("*?[") != std::string::npos;
+  if (!pattern && !path_exists(o.path)) fail(Code::kIo, "data_dir '", o.path, "' does not exist");
+  if (kind == "auto") kind = detect(o);
+  if (kind == "idx") return open_idx(o);
+  if (kind == "folder") return std::make_shared<FolderSource>(o);
+  if (kind == "tfrecord") return std::make_shared<TFRecordSource>(tfrecord_files(o), o);
+  fail(Code::kInvalidArgument, "data_source '", kind, "' is not one of auto|tfrecord|folder|idx|synthetic");
+}
+
+std::shared_ptr<Source> memory_source(const DLTensor& images, const DLTensor& labels, const SourceOptions& o) {
+  if (images.device.device_type != kDLCPU && images.device.device_type != kDLCUDAHost)
+    fail(Code::kInvalidArgument, "images must be in CPU memory");
+  if (images.dtype.code != kDLUInt || images.dtype.bits != 8 || images.dtype.lanes != 1)
+    fail(Code::kInvalidArgument, "images must be uint8 (got code ", int(images.dtype.code), " bits ",
+         int(images.dtype.bits), ")");
+  if (images.ndim != 3 && images.ndim != 4)
+    fail(Code::kInvalidArgument, "images must be [N, H, W] or [N, H, W, C], got ", images.ndim, " dimensions");
+  int64_t c = images.ndim == 4 ? images.shape[3] : 1;
+  if (c != 1 && c != 3) fail(Code::kInvalidArgument, "images must have 1 or 3 channels, got ", c);
+  if (images.strides) {
+    int64_t expect = 1;
+    for (int i = images.ndim - 1; i >= 0; --i) {
+      if (images.shape[i] != 1 && images.strides[i] != expect)
+        fail(Code::kInvalidArgument, "images must be contiguous");
+      expect *= images.shape[i];
+    }
+  }
+  if (labels.ndim != 1 || labels.shape[0] != images.shape[0])
+    fail(Code::kInvalidArgument, "labels must be [N] with N = ", images.shape[0]);
+  if (labels.dtype.code != kDLInt || (labels.dtype.bits != 32 && labels.dtype.bits != 64) || labels.dtype.lanes != 1)
+    fail(Code::kInvalidArgument, "labels must be int32 or int64");
+  if (labels.strides && labels.shape[0] > 1 && labels.strides[0] != 1)
+    fail(Code::kInvalidArgument, "labels must be contiguous");
+  if (images.shape[1] <= 0 || images.shape[2] <= 0 || images.shape[1] > 65535 || images.shape[2] > 65535)
+    fail(Code::kInvalidArgument, "images have a bad height or width");
+  int64_t n = images.shape[0];
+  std::vector<int64_t> l(static_cast<size_t>(n));
+  const char* base = static_cast<const char*>(labels.data) + labels.byte_offset;
+  for (int64_t i = 0; i < n; ++i) {
+    if (labels.dtype.bits == 32) {
+      int32_t v;
+      std::memcpy(&v, base + 4 * i, 4);
+      l[static_cast<size_t>(i)] = v;
+    } else {
+      std::memcpy(&l[static_cast<size_t>(i)], base + 8 * i, 8);
+    }
+  }
+  const auto* pixels = static_cast<const uint8_t*>(images.data) + images.byte_offset;
+  return std::make_shared<RawSource>("memory", "caller memory", n, static_cast<int>(images.shape[1]),
+                                     static_cast<int>(images.shape[2]), static_cast<int>(c), pixels, std::move(l), o);
+}
+
+}  // namespace cohort::data

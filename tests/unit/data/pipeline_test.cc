@@ -1,0 +1,311 @@
+// The pipeline end to end: coverage and valid counts, determinism per seed on any
+// thread count, resume, bad-input policies, synthetic data and real MNIST files.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+#include <set>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "data/file.h"
+#include "data/pipeline.h"
+#include "data_test_util.h"
+#include "tensor/tensor.h"
+
+namespace cohort::data {
+namespace {
+
+using testing::TempDir;
+
+// N raw 6x5 images whose pixels all equal index % 251, labelled by their index.
+struct RawSet {
+  std::vector<uint8_t> pixels;
+  std::vector<int64_t> labels;
+  std::shared_ptr<Source> source;
+  explicit RawSet(int64_t n, int64_t label_offset = 0) {
+    pixels.resize(static_cast<size_t>(n) * 30);
+    labels.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      std::fill_n(pixels.begin() + i * 30, 30, static_cast<uint8_t>(i % 251));
+      labels[static_cast<size_t>(i)] = i;
+    }
+    Tensor img = Tensor::wrap(pixels.data(), {n, 6, 5}, DType::kU8);
+    Tensor lab = Tensor::wrap(labels.data(), {n}, DType::kI64);
+    SourceOptions o;
+    o.label_offset = label_offset;
+    source = memory_source(img.dlpack_view(), lab.dlpack_view(), o);
+  }
+};
+
+PipelineOptions options(std::initializer_list<std::pair<const char*, const char*>> kv, int rank = 0, int size = 1) {
+  Config c;
+  c.set("augment", "none");
+  c.set("image_dtype", "u8");
+  c.set("batch_size", "8");
+  for (auto& [k, v] : kv) c.set(k, v);
+  return pipeline_options(c, rank, size, 2);
+}
+
+TEST(Pipeline, CoversTheEpochWithPaddedLastBatch) {
+  RawSet set(50);
+  Pipeline p(options({{"decode_threads", "3"}, {"reader_threads", "2"}}), set.source);
+  ASSERT_EQ(p.steps_per_epoch(), 7);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::set<int32_t> seen;
+    for (int step = 0; step < 7; ++step) {
+      const BatchView& b = p.next();
+      EXPECT_EQ(b.epoch, epoch);
+      EXPECT_EQ(b.step, step);
+      EXPECT_EQ(b.valid, step == 6 ? 2 : 8);
+      EXPECT_EQ(b.images.shape(), (Shape{8, 1, 6, 5}));
+      for (int64_t i = 0; i < b.valid; ++i) {
+        int32_t label = b.labels.data_as<int32_t>()[i];
+        EXPECT_TRUE(seen.insert(label).second) << "label " << label << " twice in an epoch";
+        const uint8_t* px = b.images.data_as<uint8_t>() + i * 30;
+        EXPECT_EQ(px[0], label % 251);
+        EXPECT_EQ(px[29], label % 251);
+        EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], 1);
+      }
+      for (int64_t i = b.valid; i < 8; ++i) EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], 0);
+    }
+    EXPECT_EQ(seen.size(), 50u);
+  }
+  auto s = p.stats();
+  EXPECT_EQ(s.batches, 14);
+  EXPECT_EQ(s.images, 100);
+  EXPECT_FALSE(s.verdict.empty());
+}
+
+TEST(Pipeline, DropRemainderGivesOnlyFullBatches) {
+  RawSet set(50);
+  Pipeline p(options({{"remainder", "drop"}}), set.source);
+  EXPECT_EQ(p.steps_per_epoch(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(p.next().valid, 8);
+}
+
+std::vector<uint8_t> batch_bytes(const BatchView& b) {
+  const auto* p = static_cast<const uint8_t*>(b.images.data());
+  std::vector<uint8_t> out(p, p + b.images.nbytes());
+  const auto* l = static_cast<const uint8_t*>(b.labels.data());
+  out.insert(out.end(), l, l + b.labels.nbytes());
+  return out;
+}
+
+std::string make_shards(const TempDir& dir, int n, int shards) {
+  std::vector<TFRecordWriter> writers;
+  for (int s = 0; s < shards; ++s) writers.emplace_back(dir / ("train-0000" + std::to_string(s)));
+  for (int i = 0; i < n; ++i) {
+    testing::JpegFlavour f;
+    f.progressive = i % 3 == 0;
+    f.h_samp = 1 + (i % 2);
+    auto jpeg = testing::rgb_jpeg(64 + 8 * (i % 5), 48 + 4 * (i % 3), i, f);
+    writers[static_cast<size_t>(i % shards)].write(testing::image_example(jpeg, i + 1, {{0.1f, 0.1f, 0.9f, 0.8f}}));
+  }
+  for (auto& w : writers) w.close("");
+  return dir.path;
+}
+
+TEST(Pipeline, TrainingBatchesAreTheSameForAnyThreadCountAndDifferPerSeed) {
+  TempDir dir;
+  make_shards(dir, 24, 3);
+  auto run = [&](const char* threads, const char* seed, const char* preset) {
+    auto o = options({{"data_dir", dir.path.c_str()},
+                      {"decode_threads", threads},
+                      {"seed", seed},
+                      {"augment", preset},
+                      {"image_dtype", "f32"},
+                      {"image_size", "32"},
+                      {"label_offset", "-1"}});
+    o.source.path = dir.path;
+    Pipeline p(o, open_source(o.source));
+    std::vector<uint8_t> all;
+    for (int i = 0; i < 4; ++i) {
+      auto b = batch_bytes(p.next());
+      all.insert(all.end(), b.begin(), b.end());
+    }
+    return all;
+  };
+  auto a = run("1", "7", "complex");
+  EXPECT_EQ(a, run("3", "7", "complex"));
+  EXPECT_NE(a, run("1", "8", "complex"));
+  EXPECT_EQ(run("2", "7", "none"), run("1", "7", "none"));
+}
+
+TEST(Pipeline, LabelsComeFromTheRecordsWithTheLabelOffset) {
+  TempDir dir;
+  make_shards(dir, 10, 2);
+  auto o = options({{"data_dir", dir.path.c_str()},
+                    {"label_offset", "-1"},
+                    {"image_size", "16"},
+                    {"batch_size", "10"},
+                    {"shuffle", "false"}});
+  Pipeline p(o, open_source(o.source));
+  const BatchView& b = p.next();
+  ASSERT_EQ(b.valid, 10);
+  std::set<int32_t> labels(b.labels.data_as<int32_t>(), b.labels.data_as<int32_t>() + 10);
+  EXPECT_EQ(labels, (std::set<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  EXPECT_EQ(b.images.shape(), (Shape{10, 3, 16, 16}));
+}
+
+TEST(Pipeline, ResumesAtEpochAndStep) {
+  RawSet set(40);
+  auto o = options({{"augment", "standard"}, {"image_dtype", "f32"}});
+  std::vector<std::vector<uint8_t>> straight;
+  {
+    Pipeline p(o, set.source);
+    for (int i = 0; i < 5 + 3; ++i) straight.push_back(batch_bytes(p.next()));
+  }
+  o.start_epoch = 1;
+  o.start_step = 2;  // 5 steps per epoch: global step 7
+  Pipeline q(o, set.source);
+  const BatchView& b = q.next();
+  EXPECT_EQ(b.epoch, 1);
+  EXPECT_EQ(b.step, 2);
+  EXPECT_EQ(batch_bytes(b), straight[7]);
+}
+
+std::string corrupt_shard(const TempDir& dir) {
+  TFRecordWriter w(dir / "train-0");
+  for (int i = 0; i < 6; ++i) w.write(testing::image_example(testing::rgb_jpeg(32, 32, i), i));
+  std::vector<uint8_t> not_jpeg = {'G', 'I', 'F', '8', '9', 'a', 0, 0};
+  w.write(testing::image_example(not_jpeg, 6));  // index 6: not a JPEG
+  auto cut = testing::rgb_jpeg(64, 64, 1);
+  cut.resize(cut.size() / 2);
+  w.write(testing::image_example(cut, 7));  // index 7: truncated JPEG
+  std::vector<uint8_t> junk = {0x0a, 0xff, 0xff, 0xff, 0x0f};
+  w.write(junk);  // index 8: not an Example
+  w.close("");
+  return dir / "train-0";
+}
+
+TEST(Pipeline, SkipPolicyCountsBadSamplesAndKeepsValidOnesFirst) {
+  TempDir dir;
+  corrupt_shard(dir);
+  auto o = options({{"data_dir", dir.path.c_str()}, {"batch_size", "9"}, {"image_size", "16"}});
+  Pipeline p(o, open_source(o.source));
+  const BatchView& b = p.next();
+  EXPECT_EQ(b.valid, 6);
+  std::set<int32_t> labels(b.labels.data_as<int32_t>(), b.labels.data_as<int32_t>() + 6);
+  EXPECT_EQ(labels, (std::set<int32_t>{0, 1, 2, 3, 4, 5}));
+  for (int i = 0; i < 9; ++i) EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], i < 6 ? 1 : 0);
+  EXPECT_GE(p.stats().errors, 3);  // batches prefetched beyond this one may add more
+}
+
+TEST(Pipeline, FailPolicyStopsWithTheRecordInTheMessage) {
+  TempDir dir;
+  std::string shard = corrupt_shard(dir);
+  auto o = options({{"data_dir", dir.path.c_str()}, {"batch_size", "9"}, {"image_size", "16"}, {"on_error", "fail"}});
+  Pipeline p(o, open_source(o.source));
+  try {
+    p.next();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(shard), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("offset"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(p.next(), Error);  // stays failed
+}
+
+TEST(Pipeline, SyntheticDataNeedsNoDecode) {
+  Config c;
+  c.set("batch_size", "4");
+  c.set("image_size", "8");
+  auto o = pipeline_options(c, 0, 1, 1);
+  Pipeline p(o, open_source(o.source));
+  for (int i = 0; i < 5; ++i) {
+    const BatchView& b = p.next();
+    EXPECT_EQ(b.valid, 4);
+    EXPECT_EQ(b.images.shape(), (Shape{4, 3, 8, 8}));
+    for (int k = 0; k < 4; ++k) EXPECT_LT(b.labels.data_as<int32_t>()[k], 1000);
+  }
+  EXPECT_EQ(p.stats().images, 20);
+}
+
+TEST(Pipeline, ShardsAcrossRanksAreDisjoint) {
+  RawSet set(37);
+  std::multiset<int32_t> seen;
+  int64_t steps = -1;
+  for (int r = 0; r < 3; ++r) {
+    Pipeline p(options({{"batch_size", "4"}}, r, 3), set.source);
+    if (steps >= 0) {
+      EXPECT_EQ(p.steps_per_epoch(), steps);
+    }
+    steps = p.steps_per_epoch();
+    for (int64_t s = 0; s < steps; ++s) {
+      const BatchView& b = p.next();
+      for (int64_t i = 0; i < b.valid; ++i) seen.insert(b.labels.data_as<int32_t>()[i]);
+    }
+  }
+  EXPECT_EQ(seen.size(), 37u);
+  EXPECT_EQ(std::set<int32_t>(seen.begin(), seen.end()).size(), 37u);
+}
+
+TEST(Pipeline, ReadsFashionMnistWhenInstalled) {
+  const char* dir = "/usr/share/datasets/fashion-mnist";
+  if (!is_directory(dir)) GTEST_SKIP() << "dataset-fashion-mnist not installed";
+  auto o = options({{"data_dir", dir}, {"image_dtype", "f32"}, {"batch_size", "64"}});
+  auto src = open_source(o.source);
+  EXPECT_EQ(src->size(), 60000);
+  Pipeline p(o, src);
+  const BatchView& b = p.next();
+  EXPECT_EQ(b.images.shape(), (Shape{64, 1, 28, 28}));
+  float mx = 0;
+  for (int64_t i = 0; i < b.images.numel(); ++i) mx = std::max(mx, b.images.data_as<float>()[i]);
+  EXPECT_LE(mx, 1.0f);
+  EXPECT_GT(mx, 0.5f);
+}
+
+}  // namespace
+}  // namespace cohort::data
+
+namespace cohort::data {
+namespace {
+
+TEST(PipelineStats, AConsumerThatNeverWorksIsInputBoundAndStatsAreSafeToReadConcurrently) {
+  testing::TempDir dir;
+  make_shards(dir, 16, 1);
+  auto o = options({{"data_dir", dir.path.c_str()},
+                    {"decode_threads", "1"},
+                    {"image_size", "64"},
+                    {"augment", "standard"},
+                    {"image_dtype", "f16"}});
+  Pipeline p(o, open_source(o.source));
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    while (!done) (void)p.stats();
+  });
+  for (int i = 0; i < 12; ++i) p.next();
+  done = true;
+  watcher.join();
+  auto s = p.stats();
+  EXPECT_EQ(s.batches, 12);
+  EXPECT_GT(s.decode_busy_s, 0);
+  EXPECT_GT(s.wait_fraction, 0.05);
+  EXPECT_EQ(s.verdict.rfind("input-bound", 0), 0u) << s.verdict;
+}
+
+}  // namespace
+}  // namespace cohort::data
+
+namespace cohort::data {
+namespace {
+
+TEST(Pipeline, FailPolicyFailsAtTheBatchHoldingTheBadSampleNotBefore) {
+  testing::TempDir dir;
+  corrupt_shard(dir);
+  auto o = options({{"data_dir", dir.path.c_str()},
+                    {"batch_size", "3"},
+                    {"image_size", "16"},
+                    {"on_error", "fail"},
+                    {"shuffle", "false"},
+                    {"prefetch_depth", "4"}});
+  Pipeline p(o, open_source(o.source));
+  EXPECT_EQ(p.next().valid, 3);  // records 0-2
+  EXPECT_EQ(p.next().valid, 3);  // records 3-5, while 6-8 (bad) are already prefetched
+  EXPECT_THROW(p.next(), Error);
+}
+
+}  // namespace
+}  // namespace cohort::data
