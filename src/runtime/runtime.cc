@@ -4,6 +4,7 @@
 
 #include "backend/device_probe.h"
 #include "comm/mpi/mpi_error.h"
+#include "comm/mpi/mpi_transport.h"
 #include "core/logging.h"
 #include "core/threads.h"
 #include "runtime/mpi_process.h"
@@ -39,6 +40,11 @@ Runtime::Runtime(const Config& config) : config_(config) {
     set_log_rank(layout_.size > 1 ? layout_.rank : -1);
     thread_budget_ = cohort::thread_budget(layout_.local_size, requested_threads);
     choose_device();
+    auto chunk = static_cast<size_t>(config_.get_int("allreduce_chunk_kb")) * 1024;
+    auto window = static_cast<size_t>(config_.get_int("allreduce_window"));
+    engine_ = std::make_unique<comm::Engine>(std::make_unique<comm::MpiTransport>(world_, chunk, window),
+                                             comm::EngineOptions::from_config(config_),
+                                             [](const std::string& why) { mpi_process::poison(why); });
   } catch (...) {
     free_comm(cross_);
     free_comm(local_);
@@ -75,7 +81,14 @@ void Runtime::choose_device() {
 }
 
 Runtime::~Runtime() {
-  if (mpi_process::poisoned()) return;  // freeing communicators could hang on a lost peer
+  if (mpi_process::poisoned()) {
+    // A lost peer: the engine thread may sit in MPI forever, so it is abandoned, and
+    // freeing communicators could hang too.
+    if (engine_) engine_->abort();
+    static_cast<void>(engine_.release());
+    return;
+  }
+  engine_.reset();  // collective: waits until every rank's engine shuts down
   free_comm(cross_);
   free_comm(local_);
   free_comm(world_);

@@ -4,8 +4,10 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <string>
 
+#include "comm/engine.h"
 #include "core/config.h"
 #include "tensor/tensor.h"
 
@@ -40,6 +42,9 @@ class Runtime {
 
   void barrier();
 
+  // The collective engine of this runtime (its own background thread and communicator).
+  comm::Engine& engine() { return *engine_; }
+
  private:
   void choose_device();
 
@@ -51,6 +56,7 @@ class Runtime {
   int thread_budget_ = 1;
   Device device_;
   int cuda_device_count_ = 0;
+  std::unique_ptr<comm::Engine> engine_;
 };
 
 }  // namespace cohort

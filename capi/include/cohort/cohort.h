@@ -14,5 +14,6 @@
 #include "cohort/runtime.h"
 #include "cohort/model.h"
 #include "cohort/pipeline.h"
+#include "cohort/collectives.h"
 
 #endif /* COHORT_COHORT_H */

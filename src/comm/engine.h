@@ -1,0 +1,150 @@
+// The collective engine: callers submit named tensor operations from any thread;
+// one background thread per engine negotiates with the other ranks which names are
+// ready everywhere and in which order, fuses small allreduces into one buffer, runs
+// the collectives over a Transport and completes the requests.
+//
+// Why one thread: collectives must be issued in the same order on every rank, and MPI
+// (or NCCL) calls from many threads would need a global order anyway. The thread
+// sleeps on a condition variable; a submit wakes it at once, and while some rank
+// still waits for others it cycles every cycle_time_ms. With nothing pending anywhere
+// it ticks every kIdleTick so that a rank stuck waiting for an idle peer is noticed
+// (stall inspector) instead of hanging silently.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/negotiation.h"
+#include "comm/timeline.h"
+#include "comm/transport.h"
+#include "comm/types.h"
+#include "core/config.h"
+
+namespace cohort::comm {
+
+struct EngineOptions {
+  size_t fusion_bytes = size_t{128} << 20;
+  double cycle_time_ms = 1.0;
+  size_t cache_capacity = 1024;
+  double stall_warning_s = 60.0;
+  double stall_shutdown_s = 0.0;
+  std::string timeline_file;
+
+  // From the option registry: fusion_threshold_mb, cycle_time_ms, cache_capacity,
+  // stall_warning_s, stall_shutdown_s, timeline_file.
+  static EngineOptions from_config(const Config& config);
+};
+
+struct EngineStats {
+  uint64_t cycles = 0;
+  uint64_t full_exchanges = 0;  // cycles that exchanged Metas (not just cache bits)
+  uint64_t cache_hits = 0;      // tensors that became ready through the cache
+  uint64_t fused_batches = 0;   // allreduce calls that carried more than one tensor
+  uint64_t completed = 0;
+};
+
+class Engine {
+ public:
+  // Collective: every rank constructs its engine (the first cycle measures clock offsets).
+  // on_fatal is called on the engine thread when the transport fails (a lost peer).
+  Engine(std::unique_ptr<Transport> transport, EngineOptions options,
+         std::function<void(const std::string&)> on_fatal = {});
+  // Collective: waits until every rank's engine is shutting down, cancels what is
+  // still pending, and has rank 0 write the timeline.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const char* transport_name() const { return transport_->name(); }
+
+  // Validates and queues the entries as one request (a group completes together).
+  // Throws kInvalidArgument for bad arguments, kInvalidState once the engine stopped.
+  std::shared_ptr<Request> submit(std::vector<TensorEntry> group);
+  std::shared_ptr<Request> submit(TensorEntry entry);
+  std::shared_ptr<Request> barrier();
+  // This rank has no more data: it takes part in the others' allreduces with zeros
+  // (and allgathers with no rows) until every rank has joined.
+  std::shared_ptr<Request> join();
+
+  void mark_step();
+  EngineStats stats() const;
+  // The most recent stall warning text (rank 0), for tests and tools.
+  std::string last_stall_report() const;
+  // Unblocks the engine thread when the process is going down (peer lost).
+  void abort();
+
+  static constexpr std::chrono::milliseconds kIdleTick{50};
+
+ private:
+  struct Pending;
+  struct TableEntry;
+  struct Response;
+
+  void validate(const TensorEntry& e) const;
+  void run();
+  bool cycle();
+  void wait_for_work();
+  void sync_clocks();
+  void merge_timeline();
+  void add_pending(TensorEntry e);
+  Meta meta_of(const TensorEntry& e) const;
+  void process_messages(const std::vector<std::string>& messages, std::vector<Response>& ready);
+  Response make_response(const std::string& name, std::vector<std::optional<Meta>> metas) const;
+  void execute(std::vector<Response>& ready);
+  void run_allreduce_batch(std::vector<Response*>& batch);
+  void run_one(Response& r);
+  // Large allreduces of one dtype/op/scale, reduced in place without the fusion buffer.
+  void run_direct_allreduces(std::vector<Response*>& batch);
+  void finish(Response& r, const Status& s);
+  void check_stalls();
+  void fail_all(const Status& s);
+
+  std::unique_ptr<Transport> transport_;
+  EngineOptions options_;
+  std::function<void(const std::string&)> on_fatal_;
+  int rank_, size_;
+
+  // Shared with submitting threads.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<TensorEntry> queue_;
+  bool shutdown_requested_ = false;
+  bool stopped_ = false;
+  Status stop_status_;
+  uint64_t submitted_ = 0;
+  uint64_t barrier_count_ = 0;
+  EngineStats stats_;
+  std::string last_stall_report_;
+
+  // Engine thread only.
+  uint64_t next_seq_ = 0;
+  std::map<uint64_t, Pending> pending_;
+  std::unordered_map<std::string, uint64_t> pending_by_name_;
+  std::unordered_map<std::string, TableEntry> table_;
+  std::vector<std::string> table_order_;
+  std::vector<bool> joined_;
+  int last_joined_ = -1;
+  std::vector<uint64_t> submitted_counts_;
+  ResponseCache cache_;
+  bool global_idle_ = true;
+  std::vector<unsigned char> fusion_;
+  Clock::time_point last_stall_check_;
+  int64_t clock_offset_us_ = 0;
+
+  Timeline timeline_;
+  std::atomic<bool> aborted_{false};
+  std::thread thread_;
+};
+
+}  // namespace cohort::comm

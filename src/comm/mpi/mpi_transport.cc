@@ -1,0 +1,194 @@
+#include "comm/mpi/mpi_transport.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <thread>
+
+#include "comm/mpi/mpi_error.h"
+
+namespace cohort::comm {
+namespace {
+
+template <typename Codec, typename Fn>
+void half_op(void* in, void* inout, int* len, MPI_Datatype*) {
+  kernels::combine_loop<uint16_t, Codec>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in),
+                                         static_cast<size_t>(*len), Fn{});
+}
+
+template <typename Codec>
+void create_ops(MPI_Op* ops) {
+  mpi_check(MPI_Op_create(&half_op<Codec, kernels::SumFn>, 1, &ops[0]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&half_op<Codec, kernels::MinFn>, 1, &ops[1]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&half_op<Codec, kernels::MaxFn>, 1, &ops[2]), "MPI_Op_create");
+  mpi_check(MPI_Op_create(&half_op<Codec, kernels::ProdFn>, 1, &ops[3]), "MPI_Op_create");
+}
+
+int to_int(size_t n, const char* what) {
+  if (n > static_cast<size_t>(INT_MAX))
+    fail(Code::kUnsupported, what, ": ", n, " bytes is more than MPI's int counts allow (", INT_MAX, ")");
+  return static_cast<int>(n);
+}
+
+std::vector<int> displacements(const std::vector<int>& counts) {
+  std::vector<int> d(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+}  // namespace
+
+MpiTransport::MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window)
+    : chunk_bytes_(chunk_bytes), window_(std::max<size_t>(1, window)) {
+  mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup (collective engine)");
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+  mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+  create_ops<kernels::F16Codec>(half_ops_[0]);
+  create_ops<kernels::BF16Codec>(half_ops_[1]);
+}
+
+MpiTransport::~MpiTransport() {
+  for (auto& row : half_ops_)
+    for (MPI_Op& op : row)
+      if (op != MPI_OP_NULL && op != MPI_Op{}) MPI_Op_free(&op);
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiTransport::wait(MPI_Request& request, const char* call) {
+  int done = 0;
+  auto pause = std::chrono::microseconds(10);
+  for (int spins = 0;; ++spins) {
+    mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
+    if (done) return;
+    if (aborted_) fail(Code::kCancelled, call, " abandoned: the runtime is shutting down after an error");
+    if (spins < 1000) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+MPI_Datatype MpiTransport::mpi_type(DType t) const {
+  switch (t) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kF64: return MPI_DOUBLE;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kU8: return MPI_UINT8_T;
+    case DType::kF16:
+    case DType::kBF16: return MPI_UINT16_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op MpiTransport::mpi_op(DType t, kernels::Reduce op) const {
+  if (t == DType::kF16 || t == DType::kBF16) return half_ops_[t == DType::kF16 ? 0 : 1][static_cast<int>(op)];
+  switch (op) {
+    case kernels::Reduce::kSum: return MPI_SUM;
+    case kernels::Reduce::kMin: return MPI_MIN;
+    case kernels::Reduce::kMax: return MPI_MAX;
+    case kernels::Reduce::kProd: return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+void MpiTransport::and_words(std::vector<uint64_t>& words) {
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, MPI_BAND, comm_,
+                           &req),
+            "MPI_Iallreduce (negotiation)");
+  wait(req, "MPI_Iallreduce (negotiation)");
+}
+
+std::vector<std::string> MpiTransport::allgather_bytes(const std::string& mine) {
+  int n = to_int(mine.size(), "negotiation message");
+  std::vector<int> counts(static_cast<size_t>(size_));
+  mpi_check(MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm_), "MPI_Allgather (negotiation)");
+  std::vector<int> displs = displacements(counts);
+  std::string all(static_cast<size_t>(displs.back() + counts.back()), '\0');
+  mpi_check(MPI_Allgatherv(mine.data(), n, MPI_BYTE, all.data(), counts.data(), displs.data(), MPI_BYTE, comm_),
+            "MPI_Allgatherv (negotiation)");
+  std::vector<std::string> out;
+  for (int r = 0; r < size_; ++r)
+    out.push_back(all.substr(static_cast<size_t>(displs[static_cast<size_t>(r)]),
+                             static_cast<size_t>(counts[static_cast<size_t>(r)])));
+  return out;
+}
+
+void MpiTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
+  allreduce_many({{buf, count}}, t, op);
+}
+
+void MpiTransport::allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
+  size_t esize = dtype_size(t);
+  size_t chunk = chunk_bytes_ ? std::max<size_t>(1, chunk_bytes_ / esize) : std::max<size_t>(1, INT_MAX / 2);
+  MPI_Datatype type = mpi_type(t);
+  MPI_Op mop = mpi_op(t, op);
+  std::vector<std::pair<char*, int>> pieces;
+  for (const auto& [buf, count] : bufs)
+    for (size_t first = 0; first < count; first += chunk)
+      pieces.emplace_back(static_cast<char*>(buf) + first * esize, static_cast<int>(std::min(chunk, count - first)));
+  if (pieces.size() == 1 || window_ == 1) {  // blocking calls use Open MPI's tuned algorithms
+    for (const auto& [ptr, n] : pieces)
+      mpi_check(MPI_Allreduce(MPI_IN_PLACE, ptr, n, type, mop, comm_), "MPI_Allreduce");
+    return;
+  }
+  // A window of nonblocking piece reductions in flight: each piece stays cache-sized,
+  // and the ranks need not meet once per piece (which costs a scheduler slice each
+  // when cores are oversubscribed).
+  std::vector<MPI_Request> requests(pieces.size(), MPI_REQUEST_NULL);
+  size_t posted = 0;
+  for (size_t done = 0; done < pieces.size(); ++done) {
+    for (; posted < pieces.size() && posted < done + window_; ++posted)
+      mpi_check(MPI_Iallreduce(MPI_IN_PLACE, pieces[posted].first, pieces[posted].second, type, mop, comm_,
+                               &requests[posted]),
+                "MPI_Iallreduce");
+    mpi_check(MPI_Wait(&requests[done], MPI_STATUS_IGNORE), "MPI_Iallreduce");
+  }
+}
+
+void MpiTransport::allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) {
+  std::vector<int> counts;
+  for (size_t b : bytes) counts.push_back(to_int(b, "allgather block"));
+  std::vector<int> displs = displacements(counts);
+  to_int(static_cast<size_t>(displs.back()) + bytes.back(), "allgather result");
+  mpi_check(MPI_Allgatherv(send, counts[static_cast<size_t>(rank_)], MPI_BYTE, recv, counts.data(), displs.data(),
+                           MPI_BYTE, comm_),
+            "MPI_Allgatherv");
+}
+
+void MpiTransport::broadcast(void* buf, size_t bytes, int root) {
+  const size_t chunk = size_t{64} << 20;
+  for (size_t done = 0; done < bytes; done += chunk) {
+    int n = static_cast<int>(std::min(chunk, bytes - done));
+    mpi_check(MPI_Bcast(static_cast<char*>(buf) + done, n, MPI_BYTE, root, comm_), "MPI_Bcast");
+  }
+}
+
+void MpiTransport::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                             const std::vector<size_t>& recv_bytes) {
+  std::vector<int> sc, rc;
+  for (size_t b : send_bytes) sc.push_back(to_int(b, "alltoall block"));
+  for (size_t b : recv_bytes) rc.push_back(to_int(b, "alltoall block"));
+  std::vector<int> sd = displacements(sc), rd = displacements(rc);
+  mpi_check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_),
+            "MPI_Alltoallv");
+}
+
+void MpiTransport::reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType t,
+                                  kernels::Reduce op) {
+  std::vector<int> c;
+  for (size_t n : counts) c.push_back(to_int(n, "reducescatter block"));
+  mpi_check(MPI_Reduce_scatter(send, recv, c.data(), mpi_type(t), mpi_op(t, op), comm_), "MPI_Reduce_scatter");
+}
+
+void MpiTransport::barrier() {
+  MPI_Request req;
+  mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
+  wait(req, "MPI_Ibarrier");
+}
+
+}  // namespace cohort::comm

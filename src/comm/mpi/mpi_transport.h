@@ -1,0 +1,58 @@
+// The MPI transport: host memory over a private duplicate of the runtime's
+// communicator (so the engine's collectives never interleave with other MPI users).
+// Large allreduces are cut into cache-sized chunks: Open MPI's shared-memory
+// allreduce falls from ~2.8 GB/s at 1 MiB to ~1 GB/s at 64 MiB and above.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+
+#include "comm/transport.h"
+
+namespace cohort::comm {
+
+class MpiTransport final : public Transport {
+ public:
+  // Collective over `parent` (duplicates it).
+  // chunk_bytes: the most bytes one allreduce call carries (0 = no chunking); window:
+  // how many chunk reductions are in flight at once.
+  MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window = 16);
+  ~MpiTransport() override;
+  MpiTransport(const MpiTransport&) = delete;
+  MpiTransport& operator=(const MpiTransport&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return "mpi"; }
+  bool supports(Device d) const override { return d.is_host(); }
+
+  void and_words(std::vector<uint64_t>& words) override;
+  std::vector<std::string> allgather_bytes(const std::string& mine) override;
+  void allreduce(void* buf, size_t count, DType t, kernels::Reduce op) override;
+  void allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) override;
+  void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                 const std::vector<size_t>& recv_bytes) override;
+  void reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType t,
+                      kernels::Reduce op) override;
+  void barrier() override;
+  void abort_waits() override { aborted_ = true; }
+
+ private:
+  // Waits for a nonblocking call without burning a core: spins briefly, then sleeps
+  // with growing pauses (up to 1 ms).
+  void wait(MPI_Request& request, const char* call);
+  MPI_Datatype mpi_type(DType t) const;
+  MPI_Op mpi_op(DType t, kernels::Reduce op) const;
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  MPI_Op half_ops_[2][4] = {};  // [f16, bf16][sum, min, max, prod]
+  size_t chunk_bytes_;
+  size_t window_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,140 @@
+#include "comm/nccl/nccl_transport.h"
+
+#include <cstring>
+
+#include "comm/mpi/mpi_error.h"
+
+namespace cohort::comm {
+namespace {
+
+std::string nccl_hint(ncclResult_t rc) {
+  switch (rc) {
+    case ncclSystemError:
+      return "; a system call failed: check the shared-memory size (/dev/shm; docker --shm-size) and "
+             "NCCL_SOCKET_IFNAME for the network interface, and run with NCCL_DEBUG=INFO";
+    case ncclInvalidUsage:
+      return "; NCCL rejected the usage: two ranks on one GPU is the usual cause (one process per GPU), "
+             "run with NCCL_DEBUG=INFO";
+    case ncclUnhandledCudaError: return "; a CUDA call failed inside NCCL: check the driver and the device";
+    case ncclRemoteError: return "; a peer failed or the network dropped: check the other ranks' logs";
+    default: return "; run with NCCL_DEBUG=INFO for details";
+  }
+}
+
+void nccl_check(ncclResult_t rc, const char* call) {
+  if (rc != ncclSuccess) fail(Code::kNccl, call, " failed: ", ncclGetErrorString(rc), nccl_hint(rc));
+}
+
+void cuda_check(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) fail(Code::kCuda, call, " failed: ", cudaGetErrorString(rc));
+}
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kF16: return ncclFloat16;
+    case DType::kBF16: return ncclBfloat16;
+    case DType::kF64: return ncclFloat64;
+    case DType::kI32: return ncclInt32;
+    case DType::kI64: return ncclInt64;
+    case DType::kU8: return ncclUint8;
+  }
+  return ncclUint8;
+}
+
+ncclRedOp_t nccl_op(kernels::Reduce op) {
+  switch (op) {
+    case kernels::Reduce::kSum: return ncclSum;
+    case kernels::Reduce::kMin: return ncclMin;
+    case kernels::Reduce::kMax: return ncclMax;
+    case kernels::Reduce::kProd: return ncclProd;
+  }
+  return ncclSum;
+}
+
+}  // namespace
+
+NcclTransport::NcclTransport(MPI_Comm parent, int device)
+    : control_(std::make_unique<MpiTransport>(parent, 0)), device_(device) {
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  if (control_->rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  std::vector<std::string> ids = control_->allgather_bytes(std::string(reinterpret_cast<const char*>(&id), sizeof id));
+  std::memcpy(&id, ids[0].data(), sizeof id);
+  cuda_check(cudaSetDevice(device_), "cudaSetDevice");
+  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  ncclResult_t rc = ncclCommInitRank(&comm_, control_->size(), id, control_->rank());
+  if (rc != ncclSuccess) {
+    cudaStreamDestroy(stream_);
+    nccl_check(rc, "ncclCommInitRank");
+  }
+}
+
+NcclTransport::~NcclTransport() {
+  if (comm_) ncclCommDestroy(comm_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void NcclTransport::abort_waits() {
+  control_->abort_waits();
+  if (comm_) ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+void NcclTransport::sync(const char* call) { cuda_check(cudaStreamSynchronize(stream_), call); }
+
+void NcclTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
+  nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_), "ncclAllReduce");
+  sync("ncclAllReduce");
+}
+
+void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) {
+  // NCCL has no allgatherv: one broadcast per rank, grouped.
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  size_t offset = 0;
+  for (int r = 0; r < size(); ++r) {
+    size_t n = bytes[static_cast<size_t>(r)];
+    void* dst = static_cast<char*>(recv) + offset;
+    nccl_check(ncclBroadcast(r == rank() ? send : dst, dst, n, ncclUint8, r, comm_, stream_), "ncclBroadcast");
+    offset += n;
+  }
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  sync("allgather");
+}
+
+void NcclTransport::broadcast(void* buf, size_t bytes, int root) {
+  nccl_check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
+  sync("ncclBroadcast");
+}
+
+void NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                              const std::vector<size_t>& recv_bytes) {
+  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  size_t so = 0, ro = 0;
+  for (int r = 0; r < size(); ++r) {
+    size_t sn = send_bytes[static_cast<size_t>(r)], rn = recv_bytes[static_cast<size_t>(r)];
+    nccl_check(ncclSend(static_cast<const char*>(send) + so, sn, ncclUint8, r, comm_, stream_), "ncclSend");
+    nccl_check(ncclRecv(static_cast<char*>(recv) + ro, rn, ncclUint8, r, comm_, stream_), "ncclRecv");
+    so += sn;
+    ro += rn;
+  }
+  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  sync("alltoall");
+}
+
+void NcclTransport::reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType t,
+                                   kernels::Reduce op) {
+  for (size_t c : counts)
+    if (c != counts.front())
+      fail(Code::kUnsupported, "reducescatter of device tensors needs a first dimension divisible by the ranks");
+  nccl_check(ncclReduceScatter(send, recv, counts.front(), nccl_type(t), nccl_op(op), comm_, stream_),
+             "ncclReduceScatter");
+  sync("ncclReduceScatter");
+}
+
+void NcclTransport::copy(void* dst, const void* src, size_t bytes, Device d) {
+  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
+  sync("cudaMemcpyAsync");
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,54 @@
+// The NCCL transport: device memory, one NCCL communicator per engine, its unique id
+// broadcast over MPI. Negotiation stays on MPI (host memory); only the data plane
+// runs on the GPU, on one stream that each call synchronises before returning.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <memory>
+
+#include "comm/mpi/mpi_transport.h"
+#include "comm/transport.h"
+
+namespace cohort::comm {
+
+class NcclTransport final : public Transport {
+ public:
+  // Collective over `parent`. `device` is this rank's CUDA device ordinal.
+  NcclTransport(MPI_Comm parent, int device);
+  ~NcclTransport() override;
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  int rank() const override { return control_->rank(); }
+  int size() const override { return control_->size(); }
+  const char* name() const override { return "nccl"; }
+  bool supports(Device d) const override { return d.kind == Device::Kind::kCuda && d.id == device_; }
+
+  void and_words(std::vector<uint64_t>& words) override { control_->and_words(words); }
+  std::vector<std::string> allgather_bytes(const std::string& mine) override {
+    return control_->allgather_bytes(mine);
+  }
+  void allreduce(void* buf, size_t count, DType t, kernels::Reduce op) override;
+  void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) override;
+  void broadcast(void* buf, size_t bytes, int root) override;
+  void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                 const std::vector<size_t>& recv_bytes) override;
+  void reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType t,
+                      kernels::Reduce op) override;
+  void barrier() override { control_->barrier(); }
+  void copy(void* dst, const void* src, size_t bytes, Device d) override;
+  void abort_waits() override;
+
+ private:
+  void sync(const char* call);
+
+  std::unique_ptr<MpiTransport> control_;
+  int device_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace cohort::comm

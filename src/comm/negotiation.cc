@@ -1,0 +1,157 @@
+#include "comm/negotiation.h"
+
+#include <cstring>
+
+namespace cohort::comm {
+namespace {
+
+class Writer {
+ public:
+  template <typename T>
+  void pod(T v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  }
+  void str(const std::string& s) {
+    pod<uint32_t>(static_cast<uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void ints(const std::vector<int64_t>& v) {
+    pod<uint32_t>(static_cast<uint32_t>(v.size()));
+    for (int64_t x : v) pod(x);
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  template <typename T>
+  T pod() {
+    if (pos_ + sizeof(T) > in_.size()) fail(Code::kInternal, "negotiation message truncated at byte ", pos_);
+    T v;
+    std::memcpy(&v, in_.data() + pos_, sizeof v);
+    pos_ += sizeof v;
+    return v;
+  }
+  std::string str() {
+    auto n = pod<uint32_t>();
+    if (pos_ + n > in_.size()) fail(Code::kInternal, "negotiation message truncated at byte ", pos_);
+    std::string s = in_.substr(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  std::vector<int64_t> ints() {
+    auto n = pod<uint32_t>();
+    std::vector<int64_t> v;
+    v.reserve(n);
+    for (uint32_t i = 0; i < n; ++i) v.push_back(pod<int64_t>());
+    return v;
+  }
+
+ private:
+  const std::string& in_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+bool Meta::same_signature(const Meta& o) const {
+  return name == o.name && type == o.type && dtype == o.dtype && op == o.op && root == o.root &&
+         prescale == o.prescale && postscale == o.postscale && shape == o.shape && splits == o.splits;
+}
+
+std::string Meta::describe() const {
+  std::string s = op_type_name(type);
+  if (type == OpType::kAllreduce || type == OpType::kReducescatter) s += cat(" ", reduce_op_name(op));
+  s += cat(" ", dtype_name(dtype), shape_string(shape));
+  if (type == OpType::kBroadcast) s += cat(" root ", root);
+  if (type == OpType::kAllreduce && (prescale != 1.0 || postscale != 1.0))
+    s += cat(" prescale ", prescale, " postscale ", postscale);
+  if (type == OpType::kAlltoall) s += cat(" splits ", shape_string(splits));
+  return s;
+}
+
+std::string encode(const Message& m) {
+  Writer w;
+  w.pod<uint64_t>(m.submitted);
+  w.pod<uint32_t>(static_cast<uint32_t>(m.metas.size()));
+  for (const Meta& x : m.metas) {
+    w.pod(static_cast<uint8_t>(x.kind));
+    w.str(x.name);
+    w.pod(static_cast<uint8_t>(x.type));
+    w.pod(static_cast<uint8_t>(x.dtype));
+    w.pod(static_cast<uint8_t>(x.op));
+    w.pod(x.root);
+    w.pod(x.prescale);
+    w.pod(x.postscale);
+    w.ints(x.shape);
+    w.ints(x.splits);
+  }
+  return w.take();
+}
+
+Message decode(const std::string& bytes) {
+  Reader r(bytes);
+  Message m;
+  m.submitted = r.pod<uint64_t>();
+  auto n = r.pod<uint32_t>();
+  for (uint32_t i = 0; i < n; ++i) {
+    Meta x;
+    x.kind = static_cast<Meta::Kind>(r.pod<uint8_t>());
+    x.name = r.str();
+    x.type = static_cast<OpType>(r.pod<uint8_t>());
+    x.dtype = static_cast<DType>(r.pod<uint8_t>());
+    x.op = static_cast<ReduceOp>(r.pod<uint8_t>());
+    x.root = r.pod<int32_t>();
+    x.prescale = r.pod<double>();
+    x.postscale = r.pod<double>();
+    x.shape = r.ints();
+    x.splits = r.ints();
+    m.metas.push_back(std::move(x));
+  }
+  return m;
+}
+
+std::optional<size_t> ResponseCache::find(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ResponseCache::put(const std::string& name, const std::vector<std::optional<Meta>>& metas) {
+  if (capacity_ == 0) return;
+  size_t bit;
+  if (auto found = find(name)) {
+    bit = *found;
+  } else {
+    // The lowest free slot, else the least recently used one.
+    bit = capacity_;
+    for (size_t i = 0; i < capacity_ && bit == capacity_; ++i)
+      if (!slots_[i].used) bit = i;
+    if (bit == capacity_) {
+      bit = 0;
+      for (size_t i = 1; i < capacity_; ++i)
+        if (slots_[i].last_used < slots_[bit].last_used) bit = i;
+      index_.erase(slots_[bit].name);
+    }
+    index_[name] = bit;
+  }
+  Slot& s = slots_[bit];
+  s.used = true;
+  s.name = name;
+  s.metas = metas;
+  s.last_used = ++clock_;
+}
+
+bool ResponseCache::erase(const std::string& name) {
+  auto it = index_.find(name);
+  if (it == index_.end()) return false;
+  slots_[it->second] = Slot{};
+  index_.erase(it);
+  return true;
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,55 @@
+// A Transport moves bytes between the ranks of one engine. The engine thread is its
+// only user, so implementations need no locking of their own. Control-plane calls are
+// small and may wait a long time for an idle peer; data-plane calls run only after
+// negotiation, when every rank is known to make the same call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/reduce.h"
+#include "tensor/tensor.h"
+
+namespace cohort::comm {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* name() const = 0;
+  // Whether tensors on `d` can be moved by this transport.
+  virtual bool supports(Device d) const = 0;
+
+  // Control plane. words = AND of every rank's words.
+  virtual void and_words(std::vector<uint64_t>& words) = 0;
+  // Every rank's bytes, indexed by rank.
+  virtual std::vector<std::string> allgather_bytes(const std::string& mine) = 0;
+
+  // Data plane (all in place unless said otherwise; buffers in supported memory).
+  virtual void allreduce(void* buf, size_t count, DType t, kernels::Reduce op) = 0;
+  // Several independent in-place allreduces of one dtype and op (buffer, count).
+  virtual void allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
+    for (const auto& [buf, count] : bufs) allreduce(buf, count, t, op);
+  }
+  // recv holds every rank's block back to back; bytes[r] is rank r's block size.
+  virtual void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) = 0;
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  // send_bytes[r] go to rank r, recv_bytes[r] come from rank r (blocks in rank order).
+  virtual void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                         const std::vector<size_t>& recv_bytes) = 0;
+  // Reduces `send` (sum of counts elements) and leaves block `rank` in recv.
+  virtual void reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType t,
+                              kernels::Reduce op) = 0;
+  virtual void barrier() = 0;
+  // Copies between two buffers in this transport's memory (device copies for NCCL).
+  virtual void copy(void* dst, const void* src, size_t bytes, Device d) { std::memcpy(dst, src, bytes); }
+  // Stops any wait in the control plane (peer lost or forced shutdown).
+  virtual void abort_waits() {}
+};
+
+}  // namespace cohort::comm

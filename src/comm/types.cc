@@ -1,0 +1,81 @@
+#include "comm/types.h"
+
+namespace cohort::comm {
+
+const char* op_type_name(OpType t) {
+  switch (t) {
+    case OpType::kAllreduce: return "allreduce";
+    case OpType::kAllgather: return "allgather";
+    case OpType::kBroadcast: return "broadcast";
+    case OpType::kAlltoall: return "alltoall";
+    case OpType::kReducescatter: return "reducescatter";
+    case OpType::kBarrier: return "barrier";
+    case OpType::kJoin: return "join";
+  }
+  return "unknown";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAverage: return "average";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "unknown";
+}
+
+bool Request::test() const {
+  std::lock_guard lock(mu_);
+  return pending_ == 0;
+}
+
+Status Request::wait() const {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return pending_ == 0; });
+  return status_;
+}
+
+Status Request::status() const {
+  std::lock_guard lock(mu_);
+  return status_;
+}
+
+Tensor Request::output() const {
+  std::lock_guard lock(mu_);
+  return output_;
+}
+
+std::vector<int64_t> Request::recv_splits() const {
+  std::lock_guard lock(mu_);
+  return recv_splits_;
+}
+
+int Request::join_last_rank() const {
+  std::lock_guard lock(mu_);
+  return join_last_rank_;
+}
+
+void Request::set_output(Tensor t, std::vector<int64_t> recv_splits) {
+  std::lock_guard lock(mu_);
+  output_ = std::move(t);
+  recv_splits_ = std::move(recv_splits);
+}
+
+void Request::set_join_last_rank(int r) {
+  std::lock_guard lock(mu_);
+  join_last_rank_ = r;
+}
+
+void Request::complete_part(const Status& s) {
+  {
+    std::lock_guard lock(mu_);
+    if (pending_ == 0) return;
+    if (status_.is_ok() && !s.is_ok()) status_ = s;
+    if (--pending_ > 0) return;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,71 @@
+// The vocabulary of the collective engine: operation kinds, reduce operations, the
+// request a caller waits on, and one named tensor operation as submitted.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "tensor/tensor.h"
+
+namespace cohort::comm {
+
+using Clock = std::chrono::steady_clock;
+
+enum class OpType : uint8_t { kAllreduce, kAllgather, kBroadcast, kAlltoall, kReducescatter, kBarrier, kJoin };
+enum class ReduceOp : uint8_t { kSum, kAverage, kMin, kMax, kProduct };
+
+const char* op_type_name(OpType t);
+const char* reduce_op_name(ReduceOp op);
+
+// What a caller waits on: one submission (a single tensor or a group). Completed by
+// the engine thread; tested and waited on by any thread.
+class Request {
+ public:
+  explicit Request(int parts) : pending_(parts) {}
+
+  bool test() const;
+  // Blocks until done; returns the request's status (never throws).
+  Status wait() const;
+  Status status() const;
+
+  // Results of ops whose output size is known only after negotiation.
+  Tensor output() const;
+  std::vector<int64_t> recv_splits() const;
+  int join_last_rank() const;
+
+  // Engine side.
+  void set_output(Tensor t, std::vector<int64_t> recv_splits = {});
+  void set_join_last_rank(int r);
+  void complete_part(const Status& s);
+
+ private:
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  int pending_;
+  Status status_;
+  Tensor output_;
+  std::vector<int64_t> recv_splits_;
+  int join_last_rank_ = -1;
+};
+
+// One named operation as the caller submitted it.
+struct TensorEntry {
+  std::string name;
+  OpType type = OpType::kAllreduce;
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0, postscale = 1.0;
+  int root = 0;
+  Tensor input;                 // host or device memory, contiguous
+  Tensor output;                // allreduce / broadcast: may be the input (in place)
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  std::shared_ptr<Request> request;
+  Clock::time_point submitted;
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,213 @@
+/* Every error path of collectives.h on one rank (no mpirun), plus the single-rank
+ * results the paths are compared with. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include <cohort/cohort.h>
+
+static cohort_runtime_t* g_rt;
+static float g_data[6] = {1, 2, 3, 4, 5, 6};
+static int64_t g_shape[2] = {3, 2};
+
+static DLTensor f32_tensor(void) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = g_data;
+  t.device.device_type = kDLCPU;
+  t.ndim = 2;
+  t.dtype.code = kDLFloat;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 1;
+  t.shape = g_shape;
+  return t;
+}
+
+static int setup(void** state) {
+  (void)state;
+  return cohort_runtime_create(NULL, &g_rt) == COHORT_OK ? 0 : -1;
+}
+
+static int teardown(void** state) {
+  (void)state;
+  cohort_runtime_destroy(g_rt);
+  return 0;
+}
+
+static void expect_error(cohort_status_t got, cohort_status_t want, const char* fragment) {
+  assert_int_equal(got, want);
+  assert_non_null(strstr(cohort_last_error(), fragment));
+}
+
+static void test_null_arguments(void** state) {
+  (void)state;
+  DLTensor t = f32_tensor();
+  cohort_request_t* r = NULL;
+  DLManagedTensor* m = NULL;
+  expect_error(cohort_allreduce_async(NULL, "x", &t, NULL, NULL, &r), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(cohort_allreduce_async(g_rt, NULL, &t, NULL, NULL, &r), COHORT_ERR_INVALID_ARGUMENT, "name is NULL");
+  expect_error(cohort_allreduce_async(g_rt, "x", NULL, NULL, NULL, &r), COHORT_ERR_INVALID_ARGUMENT, "input is NULL");
+  expect_error(cohort_allreduce_async(g_rt, "x", &t, NULL, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "out is NULL");
+  expect_error(cohort_allreduce(NULL, "x", &t, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_allreduce");
+  expect_error(cohort_broadcast(NULL, "x", &t, NULL, 0), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(cohort_broadcast_async(g_rt, "x", &t, NULL, 0, NULL), COHORT_ERR_INVALID_ARGUMENT, "out is NULL");
+  expect_error(cohort_allgather(g_rt, "x", &t, NULL), COHORT_ERR_INVALID_ARGUMENT, "result is NULL");
+  expect_error(cohort_allgather_async(g_rt, "x", NULL, &r), COHORT_ERR_INVALID_ARGUMENT, "input is NULL");
+  expect_error(cohort_alltoall(g_rt, "x", &t, NULL, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "result is NULL");
+  expect_error(cohort_alltoall_async(NULL, "x", &t, NULL, &r), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(cohort_reducescatter(g_rt, "x", &t, COHORT_REDUCE_SUM, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "result is NULL");
+  expect_error(cohort_reducescatter_async(g_rt, NULL, &t, COHORT_REDUCE_SUM, &r), COHORT_ERR_INVALID_ARGUMENT,
+               "name is NULL");
+  expect_error(cohort_barrier(NULL), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(cohort_barrier_async(g_rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "out is NULL");
+  expect_error(cohort_join_async(NULL, &r), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(cohort_join(NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(cohort_request_test(NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "request is NULL");
+  expect_error(cohort_request_wait(NULL), COHORT_ERR_INVALID_ARGUMENT, "request is NULL");
+  expect_error(cohort_request_output(NULL, &m), COHORT_ERR_INVALID_ARGUMENT, "request is NULL");
+  expect_error(cohort_request_output(NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "result is NULL");
+  expect_error(cohort_request_recv_splits(NULL, NULL, 0), COHORT_ERR_INVALID_ARGUMENT, "splits is NULL");
+  expect_error(cohort_request_last_joined(NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "last_rank is NULL");
+  expect_error(cohort_runtime_mark_step(NULL), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(cohort_allreduce_options_default(NULL), COHORT_ERR_INVALID_ARGUMENT, "options is NULL");
+  cohort_request_destroy(NULL);
+}
+
+static void test_bad_tensors(void** state) {
+  (void)state;
+  DLTensor t = f32_tensor();
+  t.dtype.code = kDLComplex;
+  t.dtype.bits = 64;
+  expect_error(cohort_allreduce(g_rt, "complex", &t, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "input");
+  t = f32_tensor();
+  int64_t strides[2] = {1, 3};
+  t.strides = strides;
+  expect_error(cohort_allreduce(g_rt, "strided", &t, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "not contiguous");
+  t = f32_tensor();
+  t.device.device_type = kDLCUDA;
+  cohort_status_t s = cohort_allreduce(g_rt, "device", &t, NULL, NULL);
+  assert_true(s == COHORT_ERR_UNSUPPORTED || s == COHORT_ERR_INVALID_ARGUMENT);
+  t = f32_tensor();
+  DLTensor out = f32_tensor();
+  int64_t other[2] = {2, 3};
+  out.shape = other;
+  expect_error(cohort_allreduce(g_rt, "shape", &t, &out, NULL), COHORT_ERR_INVALID_ARGUMENT, "does not match input");
+  expect_error(cohort_allreduce(g_rt, "", &t, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "name is empty");
+  expect_error(cohort_allreduce(g_rt, "__reserved", &t, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "reserved");
+  DLTensor scalar = f32_tensor();
+  scalar.ndim = 0;
+  DLManagedTensor* m = NULL;
+  expect_error(cohort_allgather(g_rt, "scalar", &scalar, &m), COHORT_ERR_INVALID_ARGUMENT, "at least one dimension");
+  expect_error(cohort_reducescatter(g_rt, "scalar", &scalar, COHORT_REDUCE_SUM, &m), COHORT_ERR_INVALID_ARGUMENT,
+               "at least one dimension");
+}
+
+static void test_bad_options(void** state) {
+  (void)state;
+  DLTensor t = f32_tensor();
+  cohort_allreduce_options_t o;
+  assert_int_equal(cohort_allreduce_options_default(&o), COHORT_OK);
+  o.op = (cohort_reduce_op_t)99;
+  expect_error(cohort_allreduce(g_rt, "op", &t, NULL, &o), COHORT_ERR_INVALID_ARGUMENT, "reduce op 99");
+  assert_int_equal(cohort_allreduce_options_default(&o), COHORT_OK);
+  o.struct_size = sizeof o + 64;
+  assert_int_equal(cohort_allreduce(g_rt, "size", &t, NULL, &o), COHORT_ERR_INVALID_ARGUMENT);
+  assert_int_equal(cohort_allreduce_options_default(&o), COHORT_OK);
+  o.prescale = 1.0 / 0.0;
+  expect_error(cohort_allreduce(g_rt, "inf", &t, NULL, &o), COHORT_ERR_INVALID_ARGUMENT, "finite");
+  expect_error(cohort_broadcast(g_rt, "root", &t, NULL, 5), COHORT_ERR_INVALID_ARGUMENT, "root 5");
+  expect_error(cohort_reducescatter(g_rt, "rsop", &t, (cohort_reduce_op_t)-1, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "result is NULL");
+  DLManagedTensor* m = NULL;
+  int64_t splits[1] = {2};
+  expect_error(cohort_alltoall(g_rt, "splits", &t, splits, &m, NULL), COHORT_ERR_INVALID_ARGUMENT, "add up to 2");
+}
+
+static void test_groups(void** state) {
+  (void)state;
+  DLTensor a = f32_tensor(), b = f32_tensor();
+  DLTensor* inputs[2] = {&a, &b};
+  const char* names[2] = {"g.a", "g.a"};
+  expect_error(cohort_grouped_allreduce(g_rt, 0, names, inputs, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "count is 0");
+  expect_error(cohort_grouped_allreduce(g_rt, 2, NULL, inputs, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "names is NULL");
+  expect_error(cohort_grouped_allreduce(g_rt, 2, names, inputs, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "appears twice");
+  const char* bad[2] = {"g.a", NULL};
+  expect_error(cohort_grouped_allreduce(g_rt, 2, bad, inputs, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "names[1] is NULL");
+  cohort_request_t* r = NULL;
+  expect_error(cohort_grouped_allreduce_async(g_rt, 2, names, inputs, NULL, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "out is NULL");
+  const char* good[2] = {"g.a", "g.b"};
+  assert_int_equal(cohort_grouped_allreduce_async(g_rt, 2, good, inputs, NULL, NULL, &r), COHORT_OK);
+  assert_int_equal(cohort_request_wait(r), COHORT_OK);
+  cohort_request_destroy(r);
+}
+
+static void test_requests_and_results(void** state) {
+  (void)state;
+  DLTensor t = f32_tensor();
+  cohort_request_t* r = NULL;
+  assert_int_equal(cohort_allreduce_async(g_rt, "one", &t, NULL, NULL, &r), COHORT_OK);
+  assert_int_equal(cohort_request_wait(r), COHORT_OK);
+  int done = 0;
+  assert_int_equal(cohort_request_test(r, &done), COHORT_OK);
+  assert_int_equal(done, 1);
+  assert_float_equal(g_data[5], 6.0f, 0.0f);
+  DLManagedTensor* m = NULL;
+  expect_error(cohort_request_output(r, &m), COHORT_ERR_INVALID_STATE, "no result tensor");
+  int64_t splits[1];
+  expect_error(cohort_request_recv_splits(r, splits, 1), COHORT_ERR_INVALID_STATE, "not an alltoall");
+  int last = -1;
+  expect_error(cohort_request_last_joined(r, &last), COHORT_ERR_INVALID_STATE, "not a join");
+  cohort_request_destroy(r);
+
+  assert_int_equal(cohort_allgather_async(g_rt, "gather", &t, &r), COHORT_OK);
+  assert_int_equal(cohort_request_wait(r), COHORT_OK);
+  assert_int_equal(cohort_request_output(r, &m), COHORT_OK);
+  assert_int_equal(m->dl_tensor.shape[0], 3);
+  m->deleter(m);
+  cohort_request_destroy(r);
+
+  assert_int_equal(cohort_alltoall_async(g_rt, "a2a", &t, NULL, &r), COHORT_OK);
+  assert_int_equal(cohort_request_wait(r), COHORT_OK);
+  assert_int_equal(cohort_request_recv_splits(r, splits, 1), COHORT_OK);
+  assert_int_equal(splits[0], 3);
+  expect_error(cohort_request_recv_splits(r, splits, 0), COHORT_ERR_INVALID_ARGUMENT, "count 0");
+  cohort_request_destroy(r);
+
+  assert_int_equal(cohort_join_async(g_rt, &r), COHORT_OK);
+  assert_int_equal(cohort_request_wait(r), COHORT_OK);
+  assert_int_equal(cohort_request_last_joined(r, &last), COHORT_OK);
+  assert_int_equal(last, 0);
+  cohort_request_destroy(r);
+  assert_int_equal(cohort_barrier(g_rt), COHORT_OK);
+  assert_int_equal(cohort_runtime_mark_step(g_rt), COHORT_OK);
+}
+
+static void test_mismatch_between_submission_and_cache(void** state) {
+  (void)state;
+  /* One rank: the same name with a new shape is a fresh negotiation, not an error. */
+  DLTensor t = f32_tensor();
+  assert_int_equal(cohort_allreduce(g_rt, "reshaped", &t, NULL, NULL), COHORT_OK);
+  t.ndim = 1;
+  assert_int_equal(cohort_allreduce(g_rt, "reshaped", &t, NULL, NULL), COHORT_OK);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_null_arguments),
+      cmocka_unit_test(test_bad_tensors),
+      cmocka_unit_test(test_bad_options),
+      cmocka_unit_test(test_groups),
+      cmocka_unit_test(test_requests_and_results),
+      cmocka_unit_test(test_mismatch_between_submission_and_cache),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,516 @@
+// The collective engine over the local transport (ranks as threads): negotiation in
+// any order, fusion, the response cache, every op and dtype against a reference
+// computed here, error paths (mismatch, stall, duplicates), join and the timeline.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "comm/engine.h"
+#include "comm/local/local_transport.h"
+#include "kernels/reduce.h"
+
+namespace cohort::comm {
+namespace {
+
+// Runs fn(engine, rank) on n threads, each with its own engine over one LocalWorld.
+void run_ranks(int n, const EngineOptions& options, const std::function<void(Engine&, int)>& fn) {
+  auto world = std::make_shared<LocalWorld>(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      Engine engine(std::make_unique<LocalTransport>(world, r), options);
+      fn(engine, r);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+EngineOptions fast_options() {
+  EngineOptions o;
+  o.cycle_time_ms = 0.5;
+  return o;
+}
+
+double get(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32: return t.data_as<float>()[i];
+    case DType::kF64: return t.data_as<double>()[i];
+    case DType::kI32: return t.data_as<int32_t>()[i];
+    case DType::kI64: return static_cast<double>(t.data_as<int64_t>()[i]);
+    case DType::kU8: return t.data_as<uint8_t>()[i];
+    case DType::kF16: return kernels::half_to_float(t.data_as<uint16_t>()[i]);
+    case DType::kBF16: return kernels::bf16_to_float(t.data_as<uint16_t>()[i]);
+  }
+  return 0;
+}
+
+void set(Tensor& t, int64_t i, double v) {
+  switch (t.dtype()) {
+    case DType::kF32: t.data_as<float>()[i] = static_cast<float>(v); break;
+    case DType::kF64: t.data_as<double>()[i] = v; break;
+    case DType::kI32: t.data_as<int32_t>()[i] = static_cast<int32_t>(v); break;
+    case DType::kI64: t.data_as<int64_t>()[i] = static_cast<int64_t>(v); break;
+    case DType::kU8: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+    case DType::kF16: t.data_as<uint16_t>()[i] = kernels::float_to_half(static_cast<float>(v)); break;
+    case DType::kBF16: t.data_as<uint16_t>()[i] = kernels::float_to_bf16(static_cast<float>(v)); break;
+  }
+}
+
+// Small integers: exact in every dtype, for sums and products over a few ranks.
+double value(int rank, int64_t i, bool non_negative) {
+  int64_t v = (rank * 3 + i * 7 + 1) % 5;
+  return non_negative ? static_cast<double>(v) : static_cast<double>(v - 2);
+}
+
+Tensor filled(DType t, const Shape& shape, int rank, bool non_negative = false) {
+  Tensor x = Tensor::empty(shape, t);
+  for (int64_t i = 0; i < x.numel(); ++i) set(x, i, value(rank, i, non_negative));
+  return x;
+}
+
+TensorEntry allreduce(const std::string& name, Tensor in, ReduceOp op = ReduceOp::kSum, Tensor out = {}) {
+  TensorEntry e;
+  e.name = name;
+  e.type = OpType::kAllreduce;
+  e.op = op;
+  e.input = std::move(in);
+  e.output = std::move(out);
+  return e;
+}
+
+const DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64,
+                           DType::kI32, DType::kI64, DType::kU8};
+
+TEST(CommEngine, AllreduceEveryOpAndDtypeMatchesReference) {
+  const int n = 3;
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+  run_ranks(n, fast_options(), [&](Engine& engine, int rank) {
+    for (DType t : kAllTypes) {
+      bool nn = t == DType::kU8;
+      for (ReduceOp op : ops) {
+        Tensor in = filled(t, {5, 3}, rank, nn);
+        Tensor out = Tensor::empty({5, 3}, t);
+        bool in_place = (static_cast<int>(op) + static_cast<int>(t)) % 2 == 0;
+        std::string name = cat("ar.", dtype_name(t), ".", reduce_op_name(op));
+        Status s = engine.submit(allreduce(name, in, op, in_place ? Tensor() : out))->wait();
+        ASSERT_TRUE(s.is_ok()) << s.message();
+        const Tensor& result = in_place ? in : out;
+        for (int64_t i = 0; i < in.numel(); ++i) {
+          double expect = value(0, i, nn);
+          for (int r = 1; r < n; ++r) {
+            double v = value(r, i, nn);
+            switch (op) {
+              case ReduceOp::kSum:
+              case ReduceOp::kAverage: expect += v; break;
+              case ReduceOp::kMin: expect = std::min(expect, v); break;
+              case ReduceOp::kMax: expect = std::max(expect, v); break;
+              case ReduceOp::kProduct: expect *= v; break;
+            }
+          }
+          if (op == ReduceOp::kAverage) {
+            expect /= n;
+            if (t == DType::kI32 || t == DType::kI64 || t == DType::kU8) expect = std::trunc(expect);
+          }
+          if (t == DType::kU8) expect = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(expect)));
+          double tol = t == DType::kF16 ? 1e-3 * std::abs(expect) + 1e-3
+                       : t == DType::kBF16 ? 1e-2 * std::abs(expect) + 1e-2
+                                           : 1e-6;
+          ASSERT_NEAR(get(result, i), expect, tol) << name << " element " << i;
+        }
+      }
+    }
+  });
+}
+
+TEST(CommEngine, PrescaleAndPostscale) {
+  run_ranks(2, fast_options(), [&](Engine& engine, int rank) {
+    Tensor in = Tensor::empty({4}, DType::kF32);
+    for (int i = 0; i < 4; ++i) in.data_as<float>()[i] = static_cast<float>(rank + i);
+    TensorEntry e = allreduce("scaled", in, ReduceOp::kAverage);
+    e.prescale = 2.0;
+    e.postscale = 3.0;
+    ASSERT_TRUE(engine.submit(e)->wait().is_ok());
+    for (int i = 0; i < 4; ++i) EXPECT_FLOAT_EQ(in.data_as<float>()[i], 3.0f * (2.0f * (i + i + 1)) / 2.0f);
+  });
+}
+
+TEST(CommEngine, HundredsOfTensorsInRandomOrderPerRankAreFused) {
+  const int n = 3, count = 300;
+  std::vector<EngineStats> stats(n);
+  run_ranks(n, fast_options(), [&](Engine& engine, int rank) {
+    std::vector<int> order(count);
+    for (int i = 0; i < count; ++i) order[static_cast<size_t>(i)] = i;
+    std::mt19937 rng(static_cast<unsigned>(rank * 7919 + 1));
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<Tensor> tensors(count);
+    std::vector<std::shared_ptr<Request>> requests;
+    for (int i : order) {
+      tensors[static_cast<size_t>(i)] = filled(DType::kF32, {1 + i % 17}, rank + i);
+      requests.push_back(engine.submit(allreduce(cat("t", i), tensors[static_cast<size_t>(i)])));
+    }
+    for (auto& r : requests) ASSERT_TRUE(r->wait().is_ok()) << r->status().message();
+    for (int i = 0; i < count; ++i) {
+      const Tensor& t = tensors[static_cast<size_t>(i)];
+      for (int64_t k = 0; k < t.numel(); ++k) {
+        double expect = 0;
+        for (int r = 0; r < n; ++r) expect += value(r + i, k, false);
+        ASSERT_EQ(get(t, k), expect) << "tensor " << i;
+      }
+    }
+    stats[static_cast<size_t>(rank)] = engine.stats();
+  });
+  EXPECT_GT(stats[0].fused_batches, 0u);
+  EXPECT_EQ(stats[0].completed, static_cast<uint64_t>(count));
+}
+
+TEST(CommEngine, TensorsLargerThanTheFusionBufferAndZeroSize) {
+  EngineOptions o = fast_options();
+  o.fusion_bytes = 4096;
+  run_ranks(2, o, [&](Engine& engine, int rank) {
+    std::vector<Tensor> ts = {filled(DType::kF32, {3000}, rank), filled(DType::kF64, {600000}, rank),
+                              filled(DType::kF32, {0}, rank), filled(DType::kF32, {100}, rank),
+                              filled(DType::kF32, {0, 4}, rank)};
+    std::vector<std::shared_ptr<Request>> reqs;
+    for (size_t i = 0; i < ts.size(); ++i) reqs.push_back(engine.submit(allreduce(cat("big", i), ts[i])));
+    for (auto& r : reqs) ASSERT_TRUE(r->wait().is_ok()) << r->status().message();
+    for (const Tensor& t : ts)
+      for (int64_t k = 0; k < t.numel(); k += 97) ASSERT_EQ(get(t, k), value(0, k, false) + value(1, k, false));
+  });
+}
+
+TEST(CommEngine, RepeatedNamesHitTheCacheAndShapeChangesInvalidateIt) {
+  std::vector<EngineStats> stats(2);
+  run_ranks(2, fast_options(), [&](Engine& engine, int rank) {
+    for (int step = 0; step < 6; ++step) {
+      std::vector<Tensor> ts;
+      std::vector<std::shared_ptr<Request>> reqs;
+      for (int i = 0; i < 20; ++i) {
+        int64_t len = step >= 4 && i == 3 ? 9 : 5;  // tensor 3 changes shape at step 4
+        ts.push_back(filled(DType::kF32, {len}, rank + step));
+        reqs.push_back(engine.submit(allreduce(cat("grad", i), ts.back())));
+      }
+      for (auto& r : reqs) ASSERT_TRUE(r->wait().is_ok()) << r->status().message();
+      for (const Tensor& t : ts)
+        for (int64_t k = 0; k < t.numel(); ++k) ASSERT_EQ(get(t, k), value(step, k, false) + value(1 + step, k, false));
+    }
+    stats[static_cast<size_t>(rank)] = engine.stats();
+  });
+  EXPECT_GT(stats[0].cache_hits, 40u);
+}
+
+TEST(CommEngine, MismatchedShapeFailsOnEveryRankNamingEachShape) {
+  run_ranks(3, fast_options(), [&](Engine& engine, int rank) {
+    Tensor t = filled(DType::kF32, {rank == 1 ? 3 : 4}, rank);
+    Status s = engine.submit(allreduce("w", t))->wait();
+    EXPECT_EQ(s.code(), Code::kMismatch);
+    EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("rank 1: allreduce sum f32[3]"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("rank 0: allreduce sum f32[4]"), std::string::npos) << s.message();
+    // The engine keeps working after the error, and the dtype is checked too.
+    Tensor d = Tensor::empty({2}, rank == 2 ? DType::kF64 : DType::kF32);
+    EXPECT_EQ(engine.submit(allreduce("d", d))->wait().code(), Code::kMismatch);
+    Tensor ok = filled(DType::kF32, {4}, rank);
+    EXPECT_TRUE(engine.submit(allreduce("w", ok))->wait().is_ok());
+  });
+}
+
+TEST(CommEngine, MismatchAfterCachingIsStillDetected) {
+  run_ranks(2, fast_options(), [&](Engine& engine, int rank) {
+    for (int step = 0; step < 3; ++step) {
+      Tensor t = filled(DType::kF32, {4}, rank);
+      ASSERT_TRUE(engine.submit(allreduce("c", t))->wait().is_ok());
+    }
+    Tensor t = filled(DType::kF32, {rank == 0 ? 4 : 6}, rank);
+    EXPECT_EQ(engine.submit(allreduce("c", t))->wait().code(), Code::kMismatch);
+    TensorEntry e = allreduce("c", filled(DType::kF32, {4}, rank), rank == 0 ? ReduceOp::kSum : ReduceOp::kMax);
+    EXPECT_EQ(engine.submit(e)->wait().code(), Code::kMismatch);
+  });
+}
+
+TEST(CommEngine, BroadcastFromEveryRootInAndOutOfPlace) {
+  const int n = 3;
+  run_ranks(n, fast_options(), [&](Engine& engine, int rank) {
+    for (DType t : kAllTypes) {
+      for (int root = 0; root < n; ++root) {
+        Tensor in = filled(t, {7}, rank, true);
+        Tensor out = Tensor::empty({7}, t);
+        TensorEntry e;
+        e.name = cat("b.", dtype_name(t), ".", root);
+        e.type = OpType::kBroadcast;
+        e.root = root;
+        e.input = in;
+        if (root % 2) e.output = out;
+        ASSERT_TRUE(engine.submit(e)->wait().is_ok());
+        const Tensor& result = root % 2 ? out : in;
+        for (int64_t i = 0; i < 7; ++i) ASSERT_EQ(get(result, i), value(root, i, true));
+      }
+    }
+  });
+}
+
+TEST(CommEngine, AllgatherWithDifferentFirstDimensions) {
+  const int n = 3;
+  run_ranks(n, fast_options(), [&](Engine& engine, int rank) {
+    for (DType t : kAllTypes) {
+      TensorEntry e;
+      e.name = cat("g.", dtype_name(t));
+      e.type = OpType::kAllgather;
+      e.input = filled(t, {rank + 1, 2}, rank, true);
+      auto req = engine.submit(e);
+      ASSERT_TRUE(req->wait().is_ok()) << req->status().message();
+      Tensor out = req->output();
+      ASSERT_EQ(out.shape(), (Shape{6, 2}));
+      for (int r = 0, off = 0; r < n; off += (r + 1) * 2, ++r)
+        for (int64_t k = 0; k < (r + 1) * 2; ++k) ASSERT_EQ(get(out, off + k), value(r, k, true));
+    }
+  });
+}
+
+TEST(CommEngine, AlltoallWithSplitSizes) {
+  const int n = 3;
+  run_ranks(n, fast_options(), [&](Engine& engine, int rank) {
+    // Rank s sends (s + d) % 3 rows to rank d; row values encode (sender, row).
+    TensorEntry e;
+    e.name = "a2a";
+    e.type = OpType::kAlltoall;
+    int64_t rows = 0;
+    for (int d = 0; d < n; ++d) {
+      e.splits.push_back((rank + d) % 3);
+      rows += (rank + d) % 3;
+    }
+    e.input = Tensor::empty({rows, 2}, DType::kI64);
+    for (int64_t i = 0; i < rows * 2; ++i) e.input.data_as<int64_t>()[i] = rank * 1000 + i;
+    auto req = engine.submit(e);
+    ASSERT_TRUE(req->wait().is_ok()) << req->status().message();
+    Tensor out = req->output();
+    std::vector<int64_t> expect;
+    for (int s = 0; s < n; ++s) {
+      int64_t offset = 0;
+      for (int d = 0; d < rank; ++d) offset += (s + d) % 3;
+      for (int64_t i = 0; i < (s + rank) % 3 * 2; ++i) expect.push_back(s * 1000 + offset * 2 + i);
+    }
+    ASSERT_EQ(out.numel(), static_cast<int64_t>(expect.size()));
+    for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(out.data_as<int64_t>()[i], expect[i]);
+    EXPECT_EQ(req->recv_splits(), (std::vector<int64_t>{rank % 3, (1 + rank) % 3, (2 + rank) % 3}));
+  });
+}
+
+TEST(CommEngine, ReducescatterSplitsRowsAcrossRanks) {
+  const int n = 3;
+  run_ranks(n, fast_options(), [&](Engine& engine, int rank) {
+    for (DType t : kAllTypes) {
+      TensorEntry e;
+      e.name = cat("rs.", dtype_name(t));
+      e.type = OpType::kReducescatter;
+      e.op = ReduceOp::kMax;
+      e.input = filled(t, {7, 2}, rank, true);
+      auto req = engine.submit(e);
+      ASSERT_TRUE(req->wait().is_ok()) << req->status().message();
+      Tensor out = req->output();
+      int64_t rows = rank == 0 ? 3 : 2, first = rank == 0 ? 0 : 3 + (rank - 1) * 2;
+      ASSERT_EQ(out.shape(), (Shape{rows, 2}));
+      for (int64_t i = 0; i < rows * 2; ++i) {
+        double expect = 0;
+        for (int r = 0; r < n; ++r) expect = std::max(expect, value(r, first * 2 + i, true));
+        ASSERT_EQ(get(out, i), expect);
+      }
+    }
+  });
+}
+
+TEST(CommEngine, BarrierAndGroupedSubmission) {
+  run_ranks(3, fast_options(), [&](Engine& engine, int rank) {
+    ASSERT_TRUE(engine.barrier()->wait().is_ok());
+    std::vector<TensorEntry> group;
+    std::vector<Tensor> ts;
+    for (int i = 0; i < 10; ++i) {
+      ts.push_back(filled(DType::kF32, {i + 1}, rank));
+      group.push_back(allreduce(cat("grp", i), ts.back()));
+    }
+    ASSERT_TRUE(engine.submit(std::move(group))->wait().is_ok());
+    for (const Tensor& t : ts)
+      for (int64_t k = 0; k < t.numel(); ++k) ASSERT_EQ(get(t, k), value(0, k, false) + value(1, k, false) + value(2, k, false));
+    ASSERT_TRUE(engine.barrier()->wait().is_ok());
+  });
+}
+
+TEST(CommEngine, JoinLetsARankWithFewerStepsFinish) {
+  run_ranks(3, fast_options(), [&](Engine& engine, int rank) {
+    int steps = rank == 1 ? 2 : 5;  // rank 1 runs out of data first
+    for (int step = 0; step < steps; ++step) {
+      Tensor t = filled(DType::kF32, {6}, rank);
+      ASSERT_TRUE(engine.submit(allreduce("grad", t))->wait().is_ok());
+      for (int64_t k = 0; k < 6; ++k) {
+        double expect = 0;
+        for (int r = 0; r < 3; ++r)
+          if (step < 2 || r != 1) expect += value(r, k, false);
+        ASSERT_EQ(get(t, k), expect) << "step " << step;
+      }
+      TensorEntry g;
+      g.name = "rows";
+      g.type = OpType::kAllgather;
+      g.input = filled(DType::kF32, {1, 2}, rank);
+      auto req = engine.submit(g);
+      ASSERT_TRUE(req->wait().is_ok());
+      EXPECT_EQ(req->output().dim(0), step < 2 ? 3 : 2);
+    }
+    auto j = engine.join();
+    ASSERT_TRUE(j->wait().is_ok()) << j->status().message();
+    EXPECT_GE(j->join_last_rank(), 0);
+    EXPECT_NE(j->join_last_rank(), 1);
+    // After everybody joined, collectives work normally again.
+    Tensor t = filled(DType::kF32, {2}, rank);
+    ASSERT_TRUE(engine.submit(allreduce("after", t))->wait().is_ok());
+    EXPECT_EQ(get(t, 0), value(0, 0, false) + value(1, 0, false) + value(2, 0, false));
+  });
+}
+
+TEST(CommEngine, StallShutdownFailsTheWithheldCollectiveAndReportsIt) {
+  EngineOptions o = fast_options();
+  o.stall_warning_s = 0.2;
+  o.stall_shutdown_s = 0.5;
+  std::string report;
+  std::atomic<bool> stalled{false};
+  run_ranks(2, o, [&](Engine& engine, int rank) {
+    if (rank == 0) {
+      Tensor t = filled(DType::kF32, {3}, rank);
+      auto start = Clock::now();
+      Status s = engine.submit(allreduce("withheld", t))->wait();
+      EXPECT_EQ(s.code(), Code::kStalled);
+      EXPECT_NE(s.message().find("ranks [1] never submitted it"), std::string::npos) << s.message();
+      EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+      report = engine.last_stall_report();
+      stalled = true;
+    }
+    while (!stalled) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(engine.barrier()->wait().is_ok());
+    Tensor t = filled(DType::kF32, {3}, rank);
+    EXPECT_TRUE(engine.submit(allreduce("fine", t))->wait().is_ok());
+  });
+  EXPECT_NE(report.find("'withheld'"), std::string::npos) << report;
+  EXPECT_NE(report.find("missing on ranks [1]"), std::string::npos) << report;
+  EXPECT_NE(report.find("operations submitted per rank"), std::string::npos) << report;
+}
+
+TEST(CommEngine, CachedNameWithheldByOneRankStillStalls) {
+  EngineOptions o = fast_options();
+  o.stall_warning_s = 0.2;
+  o.stall_shutdown_s = 0.4;
+  std::atomic<bool> stalled{false};
+  run_ranks(2, o, [&](Engine& engine, int rank) {
+    for (int i = 0; i < 3; ++i) {
+      Tensor t = filled(DType::kF32, {3}, rank);
+      ASSERT_TRUE(engine.submit(allreduce("cached", t))->wait().is_ok());
+    }
+    if (rank == 1) {
+      Tensor t = filled(DType::kF32, {3}, rank);
+      EXPECT_EQ(engine.submit(allreduce("cached", t))->wait().code(), Code::kStalled);
+      stalled = true;
+    }
+    while (!stalled) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(engine.barrier()->wait().is_ok());
+  });
+}
+
+TEST(CommEngine, BadArgumentsFailAtSubmit) {
+  run_ranks(1, fast_options(), [&](Engine& engine, int) {
+    Tensor t = filled(DType::kF32, {4}, 0);
+    auto expect_invalid = [&](TensorEntry e, const char* what) {
+      try {
+        engine.submit(std::move(e));
+        ADD_FAILURE() << "no error for " << what;
+      } catch (const Error& err) {
+        EXPECT_EQ(err.code(), Code::kInvalidArgument) << what;
+      }
+    };
+    expect_invalid(allreduce("", t), "empty name");
+    expect_invalid(allreduce("__x", t), "reserved name");
+    expect_invalid(allreduce("x", t, ReduceOp::kSum, Tensor::empty({5}, DType::kF32)), "output shape");
+    TensorEntry b;
+    b.name = "b";
+    b.type = OpType::kBroadcast;
+    b.input = t;
+    b.root = 3;
+    expect_invalid(b, "root");
+    TensorEntry a;
+    a.name = "a";
+    a.type = OpType::kAlltoall;
+    a.input = t;
+    a.splits = {3};
+    expect_invalid(a, "splits");
+    TensorEntry g;
+    g.name = "g";
+    g.type = OpType::kAllgather;
+    g.input = Tensor::empty({}, DType::kF32);
+    expect_invalid(g, "scalar allgather");
+    std::vector<TensorEntry> dup = {allreduce("same", t), allreduce("same", t)};
+    try {
+      engine.submit(std::move(dup));
+      ADD_FAILURE() << "duplicate names in a group";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.code(), Code::kInvalidArgument);
+    }
+  });
+}
+
+TEST(CommEngine, SameNameTwiceWhilePendingFailsTheSecond) {
+  EngineOptions o = fast_options();
+  o.stall_shutdown_s = 0.3;
+  std::atomic<bool> stalled{false};
+  run_ranks(2, o, [&](Engine& engine, int rank) {
+    if (rank == 0) {
+      Tensor a = filled(DType::kF32, {2}, 0), b = filled(DType::kF32, {2}, 0);
+      auto first = engine.submit(allreduce("twice", a));
+      auto second = engine.submit(allreduce("twice", b));
+      EXPECT_EQ(second->wait().code(), Code::kInvalidArgument);
+      EXPECT_EQ(first->wait().code(), Code::kStalled);
+      stalled = true;
+    }
+    while (!stalled) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(engine.barrier()->wait().is_ok());
+  });
+}
+
+TEST(CommEngine, PendingRequestsAreCancelledAtShutdown) {
+  std::shared_ptr<Request> left;
+  run_ranks(2, fast_options(), [&](Engine& engine, int rank) {
+    if (rank == 0) left = engine.submit(allreduce("never", filled(DType::kF32, {2}, 0)));
+  });
+  ASSERT_TRUE(left->test());
+  EXPECT_EQ(left->status().code(), Code::kCancelled);
+}
+
+TEST(CommEngine, TimelineHasOneProcessRowPerRankAndStepMarkers) {
+  std::string path = ::testing::TempDir() + "cohort_timeline_test.json";
+  EngineOptions o = fast_options();
+  o.timeline_file = path;
+  run_ranks(2, o, [&](Engine& engine, int rank) {
+    for (int step = 0; step < 2; ++step) {
+      Tensor t = filled(DType::kF32, {4}, rank);
+      ASSERT_TRUE(engine.submit(allreduce("tl", t))->wait().is_ok());
+      engine.mark_step();
+    }
+  });
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string json = ss.str();
+  EXPECT_EQ(json.rfind("{\"displayTimeUnit\"", 0), 0u);
+  EXPECT_NE(json.find("\"args\": {\"name\": \"rank 0\"}"), std::string::npos);
+  EXPECT_NE(json.find("\"args\": {\"name\": \"rank 1\"}"), std::string::npos);
+  EXPECT_NE(json.find("\"NEGOTIATE\""), std::string::npos);
+  EXPECT_NE(json.find("\"ALLREDUCE\""), std::string::npos);
+  EXPECT_NE(json.find("\"ph\": \"i\""), std::string::npos);
+  EXPECT_EQ(std::count(json.begin(), json.end(), '{'), std::count(json.begin(), json.end(), '}'));
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace cohort::comm
