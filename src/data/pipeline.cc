@@ -47,6 +47,7 @@ PipelineOptions pipeline_options(const Config& c, int rank, int size, int thread
   o.source.num_classes = c.get_int("num_classes");
   o.source.on_error = c.get_string("on_error") == "fail" ? OnError::kFail : OnError::kSkip;
   o.source.synthetic_samples = c.get_int("synthetic_samples");
+  o.source.synthetic_channels = static_cast<int>(c.get_int("synthetic_channels"));
   o.source.synthetic_classes = o.source.num_classes > 0 ? o.source.num_classes : c.get_int("synthetic_classes");
   o.on_error = o.source.on_error;
   o.batch_size = c.get_int("batch_size");
@@ -140,7 +141,7 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
   synthetic_ = source_->kind() == "synthetic";
   AugmentOptions& a = o_.augment;
   if (source_->encoded() || synthetic_) {
-    channels_ = synthetic_ ? static_cast<int>(std::max<int64_t>(1, 3)) : 3;
+    channels_ = synthetic_ ? o_.source.synthetic_channels : 3;
     int size = o_.image_size > 0 ? o_.image_size : 224;
     a.out_h = a.out_w = size;
     a.eval_resize = static_cast<int>(std::lround(a.eval_resize * size / 224.0));
