@@ -65,9 +65,7 @@ void call(cohort_status_t s) {
   if (s != COHORT_OK) throw Error(static_cast<Code>(s), cohort_last_error());
 }
 
-void grad_ready_hook(void* user, size_t index) {
-  static_cast<cohort_optimizer_t*>(user)->dist->gradient_ready(index);
-}
+void grad_ready_hook(void* user, size_t index) { static_cast<cohort_optimizer_t*>(user)->dist->gradient_ready(index); }
 
 cohort_optimizer_t& live(cohort_optimizer_t* o) {
   need(o, "optimizer");
@@ -87,8 +85,8 @@ void fill_out(T* out, const T& full, const char* what) {
 void check_precision(const Config& cfg) {
   const std::string p = cfg.get_string("precision");
   if (p == "f32") return;
-  fail(Code::kUnsupported, "precision=", p,
-       " cannot run here: the CPU backend trains in f32 only (", p == "bf16" ? "this CPU has no avx512_bf16; " : "",
+  fail(Code::kUnsupported, "precision=", p, " cannot run here: the CPU backend trains in f32 only (",
+       p == "bf16" ? "this CPU has no avx512_bf16; " : "",
        "f16/bf16 training needs a CUDA GPU with the cuda device); use --precision=f32");
 }
 
@@ -215,8 +213,8 @@ COHORT_API cohort_status_t cohort_model_train_step(cohort_model_t* model, cohort
             " rows");
     const double lr = o.lr_schedule().lr_at(o.optimizer->steps());
     float loss = 0;
-    model->graph->set_step(static_cast<uint64_t>(o.optimizer->steps() * o.dist->options().backward_passes_per_step +
-                                                 o.dist->pass()));
+    model->graph->set_step(
+        static_cast<uint64_t>(o.optimizer->steps() * o.dist->options().backward_passes_per_step + o.dist->pass()));
     if (batch->valid > 0) {
       RowView images(batch->images, batch->valid), labels(batch->labels, batch->valid);
       call(cohort_model_forward_backward(model, &images.t, &labels.t, &loss));
@@ -410,7 +408,8 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
   return guard("cohort_run_summary_json", [&] {
     need(summary, "summary");
     capi::check_struct_size(summary->struct_size, sizeof(cohort_run_summary_t), "summary");
-    require(summary->struct_size == sizeof(cohort_run_summary_t), "summary->struct_size must be sizeof(cohort_run_summary_t)");
+    require(summary->struct_size == sizeof(cohort_run_summary_t),
+            "summary->struct_size must be sizeof(cohort_run_summary_t)");
     const cohort_run_summary_t& c = *summary;
     RunSummary s;
     s.model = c.model ? c.model : "";

@@ -53,9 +53,9 @@ static int fail_msg(const trainer_t* t, cohort_status_t s, const char* what) {
   return 1;
 }
 
-#define CHECK(call, what)                          \
-  do {                                             \
-    cohort_status_t s_ = (call);                   \
+#define CHECK(call, what)                              \
+  do {                                                 \
+    cohort_status_t s_ = (call);                       \
     if (s_ != COHORT_OK) return fail_msg(t, s_, what); \
   } while (0)
 
@@ -158,8 +158,8 @@ static void print_rate_line(const trainer_t* t, int64_t step, double rate, const
   if (t->rank != 0) return;
   clear_live(t);
   if (r->count > 0)
-    printf("%lld\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f\n", (long long)step, r->mean, r->std_error,
-           r->jitter, loss);
+    printf("%lld\timages/sec: %.1f +/- %.1f (jitter = %.1f)\t%.3f\n", (long long)step, r->mean, r->std_error, r->jitter,
+           loss);
   else
     printf("%lld\timages/sec: %.1f (warm-up)\t%.3f\n", (long long)step, rate, loss);
   fflush(stdout);
@@ -196,9 +196,11 @@ static int run(trainer_t* t, int argc, char** argv) {
       CHECK(cohort_model_num_params(t->model, &params), "counting parameters");
       cohort_model_summary(t->model, NULL, 0, &needed);
       char* text = malloc(needed);
-      if (text && cohort_model_summary(t->model, text, needed, NULL) == COHORT_OK) fputs(text, stdout);
+      if (text && cohort_model_summary(t->model, text, needed, NULL) == COHORT_OK)
+        fputs(text, stdout);
+      else
+        printf("total parameters: %lld\n", (long long)params);
       free(text);
-      printf("Total params: %lld\n", (long long)params);
     }
     return 0;
   }
@@ -378,7 +380,7 @@ int main(int argc, char** argv) {
   if (!rest || cohort_config_create(&t.cfg) != COHORT_OK) {
     fprintf(stderr, "cohort-train: cannot create a configuration: %s\n", cohort_last_error());
   } else if (cohort_config_parse_args(t.cfg, argc, argv, COHORT_PARSE_STRICT, &rest_argc, rest) != COHORT_OK) {
-    fprintf(stderr, "cohort-train: %s (see --help)\n", error_text());
+    fprintf(stderr, "cohort-train: %s\n", error_text());
   } else if (rest_argc > 1) {
     fprintf(stderr, "cohort-train: unexpected argument '%s' (options are --key=value; see --help)\n", rest[1]);
   } else {

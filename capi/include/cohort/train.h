@@ -121,18 +121,18 @@ COHORT_API cohort_status_t cohort_optimizer_check_consistency(cohort_optimizer_t
 
 /** @brief What one training step did (filled by cohort_model_train_step()). */
 typedef struct cohort_train_stats_t {
-  size_t struct_size;  /**< Set by the caller to sizeof(cohort_train_stats_t). */
-  double loss;         /**< Mean loss over this rank's valid samples (0 when it had none). */
-  double lr;           /**< Learning rate of the update (of the next one on an accumulation pass). */
-  int64_t images;      /**< Samples in the batch, padding included. */
-  int64_t valid;       /**< Valid samples of this rank in the batch. */
-  int64_t step;        /**< Optimizer updates taken after this call. */
-  int updated;         /**< 1 when the parameters were updated; 0 on an accumulation pass
-                            (backward_passes_per_step > 1) or a step skipped for overflow. */
-  double compute_s;    /**< Seconds in forward and backward (gradient exchange overlaps it). */
-  double comm_wait_s;  /**< Seconds waiting for gradient exchanges after backward (not hidden). */
-  double update_s;     /**< Seconds applying the update. */
-  double total_s;      /**< Seconds of the whole call. */
+  size_t struct_size; /**< Set by the caller to sizeof(cohort_train_stats_t). */
+  double loss;        /**< Mean loss over this rank's valid samples (0 when it had none). */
+  double lr;          /**< Learning rate of the update (of the next one on an accumulation pass). */
+  int64_t images;     /**< Samples in the batch, padding included. */
+  int64_t valid;      /**< Valid samples of this rank in the batch. */
+  int64_t step;       /**< Optimizer updates taken after this call. */
+  int updated;        /**< 1 when the parameters were updated; 0 on an accumulation pass
+                           (backward_passes_per_step > 1) or a step skipped for overflow. */
+  double compute_s;   /**< Seconds in forward and backward (gradient exchange overlaps it). */
+  double comm_wait_s; /**< Seconds waiting for gradient exchanges after backward (not hidden). */
+  double update_s;    /**< Seconds applying the update. */
+  double total_s;     /**< Seconds of the whole call. */
 } cohort_train_stats_t;
 
 /**
@@ -215,15 +215,15 @@ COHORT_API cohort_status_t cohort_optimizer_load_checkpoint(cohort_optimizer_t* 
 
 /** @brief Throughput statistics over measured steps, as tf_cnn_benchmarks reports them. */
 typedef struct cohort_rate_summary_t {
-  size_t struct_size; /**< Set by the caller to sizeof(cohort_rate_summary_t). */
-  int64_t count;      /**< Steps measured (warm-up excluded). */
-  double median;      /**< Median per-step images/sec. */
-  double mean;        /**< Total images / total seconds. */
-  double std_error;   /**< Population standard deviation of the per-step rates / sqrt(count). */
-  double jitter;      /**< 1.4826 × median absolute deviation of the per-step rates. */
-  double data_wait;   /**< Fraction of measured time waiting for the input pipeline. */
-  double comm_exposed;/**< Fraction waiting for communication that backward did not hide. */
-  double compute;     /**< The rest of the measured time. */
+  size_t struct_size;  /**< Set by the caller to sizeof(cohort_rate_summary_t). */
+  int64_t count;       /**< Steps measured (warm-up excluded). */
+  double median;       /**< Median per-step images/sec. */
+  double mean;         /**< Total images / total seconds. */
+  double std_error;    /**< Population standard deviation of the per-step rates / sqrt(count). */
+  double jitter;       /**< 1.4826 × median absolute deviation of the per-step rates. */
+  double data_wait;    /**< Fraction of measured time waiting for the input pipeline. */
+  double comm_exposed; /**< Fraction waiting for communication that backward did not hide. */
+  double compute;      /**< The rest of the measured time. */
 } cohort_rate_summary_t;
 
 /** @brief Accumulates per-step timings; the first warm-up steps are not measured. */
@@ -265,25 +265,25 @@ COHORT_API cohort_status_t cohort_metrics_summary(const cohort_metrics_t* metric
 
 /** @brief The run summary of DESIGN's schema `cohort.run/1` (one JSON line). */
 typedef struct cohort_run_summary_t {
-  size_t struct_size;      /**< Set by the caller to sizeof(cohort_run_summary_t). */
-  const char* model;       /**< Model name (borrowed for the call). */
-  int64_t ranks;           /**< Ranks of the run. */
-  int64_t local_ranks;     /**< Ranks on this host. */
-  const char* device;      /**< "cpu" or "cuda". */
-  const char* precision;   /**< "f32", "f16" or "bf16". */
-  const char* data;        /**< "synthetic" or the data path. */
-  int64_t batch_per_rank;  /**< Samples per batch on each rank. */
-  int64_t global_batch;    /**< Samples per step on all ranks. */
-  int64_t steps;           /**< Steps run. */
-  int64_t warmup_steps;    /**< Steps excluded from images/sec. */
+  size_t struct_size;                   /**< Set by the caller to sizeof(cohort_run_summary_t). */
+  const char* model;                    /**< Model name (borrowed for the call). */
+  int64_t ranks;                        /**< Ranks of the run. */
+  int64_t local_ranks;                  /**< Ranks on this host. */
+  const char* device;                   /**< "cpu" or "cuda". */
+  const char* precision;                /**< "f32", "f16" or "bf16". */
+  const char* data;                     /**< "synthetic" or the data path. */
+  int64_t batch_per_rank;               /**< Samples per batch on each rank. */
+  int64_t global_batch;                 /**< Samples per step on all ranks. */
+  int64_t steps;                        /**< Steps run. */
+  int64_t warmup_steps;                 /**< Steps excluded from images/sec. */
   cohort_rate_summary_t images_per_sec; /**< Global rates and time fractions. */
-  double epochs;           /**< Epochs run. */
-  double loss;             /**< Final training loss (non-finite is written as null). */
-  int has_top1;            /**< 1 when top1/top5 are known (an evaluation ran). */
-  double top1;             /**< Top-1 accuracy in [0, 1]. */
-  double top5;             /**< Top-5 accuracy in [0, 1]. */
-  double wall_s;           /**< Seconds of the whole run. */
-  const char* extra_json;  /**< NULL, or further `"key": value` pairs appended as written. */
+  double epochs;                        /**< Epochs run. */
+  double loss;                          /**< Final training loss (non-finite is written as null). */
+  int has_top1;                         /**< 1 when top1/top5 are known (an evaluation ran). */
+  double top1;                          /**< Top-1 accuracy in [0, 1]. */
+  double top5;                          /**< Top-5 accuracy in [0, 1]. */
+  double wall_s;                        /**< Seconds of the whole run. */
+  const char* extra_json;               /**< NULL, or further `"key": value` pairs appended as written. */
 } cohort_run_summary_t;
 
 /**
