@@ -30,18 +30,20 @@ def main():
     y = torch.arange(batch) % classes
     opt = torch.optim.SGD(net.parameters(), lr=1e-4)
     loss_fn = nn.CrossEntropyLoss()
-    rates = []
+    rates, cpu_rates = [], []
     for s in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()
-        dt = time.perf_counter() - t0
-        print(f"step {s} loss {loss.item():.4f} images/sec {batch / dt:.2f}{' (warm-up)' if s < warmup else ''}")
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        print(f"step {s} loss {loss.item():.4f} images/sec {batch / dt:.2f} cpu {batch / dc:.2f}"
+              f"{' (warm-up)' if s < warmup else ''}")
         if s >= warmup:
             rates.append(batch / dt)
-    print(f"images/sec: {statistics.median(rates):.3f}")
+            cpu_rates.append(batch / dc)
+    print(f"images/sec: {statistics.median(rates):.3f} {statistics.median(cpu_rates):.3f}")
 
 
 main()
