@@ -3,6 +3,10 @@
 #include <array>
 #include <cstring>
 
+#if defined(__x86_64__)
+#  include <nmmintrin.h>
+#endif
+
 namespace cohort::data {
 namespace {
 
@@ -25,9 +29,42 @@ const Tables& tables() {
   return tables;
 }
 
+#if defined(__x86_64__)
+// SSE4.2's crc32 instruction computes exactly CRC32C, about 8 bytes per 3 cycles.
+__attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t n, uint32_t crc) {
+  uint64_t c = ~crc;
+  while (n >= 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = _mm_crc32_u64(c, word);
+    p += 8;
+    n -= 8;
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  while (n--) c32 = _mm_crc32_u8(c32, *p++);
+  return ~c32;
+}
+
+bool have_sse42() {
+  static const bool have = __builtin_cpu_supports("sse4.2");
+  return have;
+}
+#endif
+
+uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc);
+
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
+#if defined(__x86_64__)
+  if (have_sse42()) return crc32c_sse42(static_cast<const uint8_t*>(data), n, crc);
+#endif
+  return crc32c_portable(data, n, crc);
+}
+
+namespace {
+
+uint32_t crc32c_portable(const void* data, size_t n, uint32_t crc) {
   const auto& t = tables().t;
   const auto* p = static_cast<const uint8_t*>(data);
   crc = ~crc;
@@ -44,5 +81,9 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
   while (n--) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xff];
   return ~crc;
 }
+
+}  // namespace
+
+uint32_t crc32c_table(const void* data, size_t n, uint32_t crc) { return crc32c_portable(data, n, crc); }
 
 }  // namespace cohort::data

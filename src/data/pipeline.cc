@@ -47,7 +47,7 @@ PipelineOptions pipeline_options(const Config& c, int rank, int size, int thread
   o.source.num_classes = c.get_int("num_classes");
   o.source.on_error = c.get_string("on_error") == "fail" ? OnError::kFail : OnError::kSkip;
   o.source.synthetic_samples = c.get_int("synthetic_samples");
-  o.source.synthetic_channels = static_cast<int>(c.get_int("synthetic_channels"));
+  o.synthetic_channels = static_cast<int>(c.get_int("synthetic_channels"));
   o.source.synthetic_classes = o.source.num_classes > 0 ? o.source.num_classes : c.get_int("synthetic_classes");
   o.on_error = o.source.on_error;
   o.batch_size = c.get_int("batch_size");
@@ -141,7 +141,7 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
   synthetic_ = source_->kind() == "synthetic";
   AugmentOptions& a = o_.augment;
   if (source_->encoded() || synthetic_) {
-    channels_ = synthetic_ ? o_.source.synthetic_channels : 3;
+    channels_ = synthetic_ ? o_.synthetic_channels : 3;
     int size = o_.image_size > 0 ? o_.image_size : 224;
     a.out_h = a.out_w = size;
     a.eval_resize = static_cast<int>(std::lround(a.eval_resize * size / 224.0));
@@ -187,7 +187,7 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
         for (size_t k = 0; k < sample_bytes_ * B; ++k)
           bytes[k] = static_cast<uint8_t>(kernels::philox4x32(k, i, a.seed).v[0]);
         if (a.dtype == DType::kF16)
-          for (size_t k = 1; k < sample_bytes_ * B; k += 2) bytes[k] &= 0x3b;  // finite halves in (-1, 1)
+          for (size_t k = 1; k < sample_bytes_ * B; k += 2) bytes[k] &= 0x3b;  // finite halves in [0, 1)
       }
       for (size_t k = 0; k < B; ++k) {
         s.labels[k] = static_cast<int32_t>(kernels::philox4x32(k, i + 1000, a.seed).v[0] %

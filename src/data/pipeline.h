@@ -41,6 +41,7 @@ struct PipelineOptions {
   int error_log_limit = 5;
   int64_t start_epoch = 0, start_step = 0;
   int image_size = 0;  // 0: 224 for JPEG sources, the native size for raw ones
+  int synthetic_channels = 3;
   std::string preset = "standard";
   bool explicit_mean = false, explicit_std = false;
 };

@@ -22,15 +22,17 @@ class TFRecordSource : public Source {
  public:
   TFRecordSource(std::vector<std::string> paths, const SourceOptions& o) : options_(o) {
     for (auto& path : paths) {
-      Shard shard{std::make_unique<File>(path), {}};
+      // Shards are opened per read, not held open: ImageNet has over a thousand of them,
+      // more than the usual limit of open files.
+      File file(path);
+      Shard shard{path, {}};
       std::string index_path = path + ".idx";
       if (is_regular_file(index_path)) {
         auto text = read_file(index_path, uint64_t(1) << 32);
-        shard.extents =
-            parse_index({reinterpret_cast<const char*>(text.data()), text.size()}, index_path, shard.file->size());
+        shard.extents = parse_index({reinterpret_cast<const char*>(text.data()), text.size()}, index_path, file.size());
       } else {
         std::string problem;
-        shard.extents = scan_tfrecord(*shard.file, o.crc_check, &problem);
+        shard.extents = scan_tfrecord(file, o.crc_check, &problem);
         if (!problem.empty()) {
           if (o.on_error == OnError::kFail) fail(Code::kCorruptData, "'", path, "': ", problem, " (on_error=fail)");
           COHORT_LOG_WARN("'", path, "': ", problem, "; using the ", shard.extents.size(), " records before it");
@@ -60,13 +62,14 @@ class TFRecordSource : public Source {
 
   std::string origin(int64_t index) const override {
     auto [s, r] = locate(index);
-    return cat("'", shards_[s].file->path(), "' offset ", shards_[s].extents[r].offset, " (record ", r, ")");
+    return cat("'", shards_[s].path, "' offset ", shards_[s].extents[r].offset, " (record ", r, ")");
   }
 
   void read(int64_t index, Sample& out) const override {
     auto [s, r] = locate(index);
     const Shard& shard = shards_[s];
-    auto data = read_record(*shard.file, shard.extents[r], options_.crc_check, out.storage);
+    File file(shard.path);
+    auto data = read_record(file, shard.extents[r], options_.crc_check, out.storage);
     parse_image_example(data, origin(index), out.example);
     if (!out.example.has_label) fail(Code::kCorruptData, origin(index), ": the Example has no image/class/label");
     out.kind = Sample::Kind::kEncoded;
@@ -74,13 +77,16 @@ class TFRecordSource : public Source {
     out.label = out.example.label + options_.label_offset;
     if (out.label < 0 || (options_.num_classes > 0 && out.label >= options_.num_classes))
       fail(Code::kCorruptData, origin(index), ": label ", out.example.label, " + label_offset ", options_.label_offset,
-           " is outside [0, ", options_.num_classes > 0 ? options_.num_classes : INT64_MAX, ")");
+           " is outside [0, ", options_.num_classes > 0 ? options_.num_classes : INT64_MAX, ")",
+           options_.label_offset == 0 && out.label == options_.num_classes
+               ? " (labels that start at 1, as in ImageNet TFRecords, need label_offset=-1)"
+               : "");
     out.boxes = out.example.boxes;
   }
 
  private:
   struct Shard {
-    std::unique_ptr<File> file;
+    std::string path;
     std::vector<RecordExtent> extents;
   };
   std::pair<size_t, size_t> locate(int64_t index) const {

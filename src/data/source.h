@@ -42,7 +42,6 @@ struct SourceOptions {
   OnError on_error = OnError::kSkip;
   int64_t synthetic_samples = 12800;
   int64_t synthetic_classes = 1000;
-  int synthetic_channels = 3;
 };
 
 class Source {

@@ -25,6 +25,13 @@ TEST(Crc32c, MatchesTheCastagnoliCheckValue) {
   EXPECT_EQ(crc32c("", 0), 0u);
   std::vector<uint8_t> zeros(32, 0);
   EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);  // RFC 3720 B.4
+  std::vector<uint8_t> bytes(1000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 31 + 7);
+  for (size_t n : {0, 1, 7, 8, 9, 63, 1000})
+    for (uint32_t seed : {0u, 0xdeadbeefu})
+      EXPECT_EQ(crc32c(bytes.data(), n, seed), crc32c_table(bytes.data(), n, seed)) << n;
+  // Incremental use gives the whole-buffer value.
+  EXPECT_EQ(crc32c(bytes.data() + 100, 900, crc32c(bytes.data(), 100)), crc32c(bytes.data(), 1000));
 }
 
 TEST(TFRecord, WritesRecordsThatReadBackWithTheirIndex) {

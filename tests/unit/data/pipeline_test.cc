@@ -221,6 +221,11 @@ TEST(Pipeline, SyntheticDataNeedsNoDecode) {
     for (int k = 0; k < 4; ++k) EXPECT_LT(b.labels.data_as<int32_t>()[k], 1000);
   }
   EXPECT_EQ(p.stats().images, 20);
+  c.set("synthetic_channels", "1");
+  c.set("data_format", "NHWC");
+  auto o1 = pipeline_options(c, 0, 1, 1);
+  Pipeline gray(o1, open_source(o1.source));
+  EXPECT_EQ(gray.next().images.shape(), (Shape{4, 8, 8, 1}));
 }
 
 TEST(Pipeline, ShardsAcrossRanksAreDisjoint) {
