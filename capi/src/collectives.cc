@@ -38,11 +38,16 @@ Tensor tensor_of(const DLTensor* t, const char* what) {
 
 comm::ReduceOp reduce_op_of(int op) {
   switch (op) {
-    case COHORT_REDUCE_SUM: return comm::ReduceOp::kSum;
-    case COHORT_REDUCE_AVERAGE: return comm::ReduceOp::kAverage;
-    case COHORT_REDUCE_MIN: return comm::ReduceOp::kMin;
-    case COHORT_REDUCE_MAX: return comm::ReduceOp::kMax;
-    case COHORT_REDUCE_PRODUCT: return comm::ReduceOp::kProduct;
+    case COHORT_REDUCE_SUM:
+      return comm::ReduceOp::kSum;
+    case COHORT_REDUCE_AVERAGE:
+      return comm::ReduceOp::kAverage;
+    case COHORT_REDUCE_MIN:
+      return comm::ReduceOp::kMin;
+    case COHORT_REDUCE_MAX:
+      return comm::ReduceOp::kMax;
+    case COHORT_REDUCE_PRODUCT:
+      return comm::ReduceOp::kProduct;
   }
   fail(Code::kInvalidArgument, "reduce op ", op,
        " is not one of COHORT_REDUCE_SUM, _AVERAGE, _MIN, _MAX, _PRODUCT (0..4)");
@@ -156,8 +161,8 @@ extern "C" {
 
 COHORT_API cohort_status_t cohort_allreduce_options_default(cohort_allreduce_options_t* options) {
   return guard("cohort_allreduce_options_default", [&] {
-    *need(options, "options") = cohort_allreduce_options_t{sizeof(cohort_allreduce_options_t), COHORT_REDUCE_SUM, 1.0,
-                                                           1.0};
+    *need(options, "options") =
+        cohort_allreduce_options_t{sizeof(cohort_allreduce_options_t), COHORT_REDUCE_SUM, 1.0, 1.0};
   });
 }
 
@@ -180,7 +185,6 @@ COHORT_API cohort_status_t cohort_allreduce(cohort_runtime_t* runtime, const cha
   });
 }
 
-
 COHORT_API cohort_status_t cohort_grouped_allreduce_async(cohort_runtime_t* runtime, size_t count,
                                                           const char* const* names, DLTensor* const* inputs,
                                                           DLTensor* const* outputs,
@@ -199,7 +203,6 @@ COHORT_API cohort_status_t cohort_grouped_allreduce(cohort_runtime_t* runtime, s
   return guard("cohort_grouped_allreduce",
                [&] { wait_ok(*submit_group(runtime, count, names, inputs, outputs, options)); });
 }
-
 
 COHORT_API cohort_status_t cohort_broadcast_async(cohort_runtime_t* runtime, const char* name, DLTensor* input,
                                                   DLTensor* output, int root, cohort_request_t** out) {
@@ -266,7 +269,6 @@ COHORT_API cohort_status_t cohort_alltoall(cohort_runtime_t* runtime, const char
     *result = output_of(*req);
   });
 }
-
 
 COHORT_API cohort_status_t cohort_reducescatter_async(cohort_runtime_t* runtime, const char* name,
                                                       const DLTensor* input, cohort_reduce_op_t op,

@@ -36,11 +36,22 @@ size_t parse_size(const char* text) {
   double v = std::strtod(text, &end);
   if (end == text || v < 0) die(std::string("bad size '") + text + "' (examples: 8, 64K, 512M, 1G)");
   switch (*end) {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    case '\0': break;
-    default: die(std::string("bad size suffix in '") + text + "' (K, M or G)");
+    case 'K':
+    case 'k':
+      v *= 1024;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1024 * 1024;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1024.0 * 1024 * 1024;
+      break;
+    case '\0':
+      break;
+    default:
+      die(std::string("bad size suffix in '") + text + "' (K, M or G)");
   }
   return static_cast<size_t>(v);
 }
@@ -52,9 +63,12 @@ struct TypeInfo {
 };
 
 const TypeInfo kTypes[] = {
-    {"float", {kDLFloat, 32, 1}, MPI_FLOAT},   {"half", {kDLFloat, 16, 1}, MPI_DATATYPE_NULL},
-    {"bfloat16", {kDLBfloat, 16, 1}, MPI_DATATYPE_NULL}, {"double", {kDLFloat, 64, 1}, MPI_DOUBLE},
-    {"int32", {kDLInt, 32, 1}, MPI_INT32_T},   {"int64", {kDLInt, 64, 1}, MPI_INT64_T},
+    {"float", {kDLFloat, 32, 1}, MPI_FLOAT},
+    {"half", {kDLFloat, 16, 1}, MPI_DATATYPE_NULL},
+    {"bfloat16", {kDLBfloat, 16, 1}, MPI_DATATYPE_NULL},
+    {"double", {kDLFloat, 64, 1}, MPI_DOUBLE},
+    {"int32", {kDLInt, 32, 1}, MPI_INT32_T},
+    {"int64", {kDLInt, 64, 1}, MPI_INT64_T},
     {"uint8", {kDLUInt, 8, 1}, MPI_UINT8_T},
 };
 
@@ -63,8 +77,10 @@ struct OpInfo {
   cohort_reduce_op_t op;
   MPI_Op mpi;
 };
-const OpInfo kOps[] = {{"sum", COHORT_REDUCE_SUM, MPI_SUM},       {"prod", COHORT_REDUCE_PRODUCT, MPI_PROD},
-                       {"max", COHORT_REDUCE_MAX, MPI_MAX},       {"min", COHORT_REDUCE_MIN, MPI_MIN},
+const OpInfo kOps[] = {{"sum", COHORT_REDUCE_SUM, MPI_SUM},
+                       {"prod", COHORT_REDUCE_PRODUCT, MPI_PROD},
+                       {"max", COHORT_REDUCE_MAX, MPI_MAX},
+                       {"min", COHORT_REDUCE_MIN, MPI_MIN},
                        {"avg", COHORT_REDUCE_AVERAGE, MPI_OP_NULL}};
 
 struct Args {
@@ -86,14 +102,22 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) die("flag " + f + " needs a value");
       return argv[++i];
     };
-    if (f == "-b" || f == "--minbytes") a.min_bytes = parse_size(value());
-    else if (f == "-e" || f == "--maxbytes") a.max_bytes = parse_size(value());
-    else if (f == "-f" || f == "--stepfactor") a.factor = std::atof(value());
-    else if (f == "-i" || f == "--stepbytes") a.step_bytes = parse_size(value());
-    else if (f == "-n" || f == "--iters") a.iters = std::atoi(value());
-    else if (f == "-w" || f == "--warmup_iters") a.warmup = std::atoi(value());
-    else if (f == "-c" || f == "--check") a.check = std::atoi(value());
-    else if (f == "-r" || f == "--root") a.root = std::atoi(value());
+    if (f == "-b" || f == "--minbytes")
+      a.min_bytes = parse_size(value());
+    else if (f == "-e" || f == "--maxbytes")
+      a.max_bytes = parse_size(value());
+    else if (f == "-f" || f == "--stepfactor")
+      a.factor = std::atof(value());
+    else if (f == "-i" || f == "--stepbytes")
+      a.step_bytes = parse_size(value());
+    else if (f == "-n" || f == "--iters")
+      a.iters = std::atoi(value());
+    else if (f == "-w" || f == "--warmup_iters")
+      a.warmup = std::atoi(value());
+    else if (f == "-c" || f == "--check")
+      a.check = std::atoi(value());
+    else if (f == "-r" || f == "--root")
+      a.root = std::atoi(value());
     else if (f == "-o" || f == "--op") {
       std::string v = value();
       a.op = nullptr;
@@ -106,15 +130,20 @@ Args parse(int argc, char** argv) {
       for (const TypeInfo& t : kTypes)
         if (v == t.name) a.type = &t;
       if (!a.type) die("unknown datatype '" + v + "' (float, half, bfloat16, double, int32, int64, uint8)");
-    } else if (f == "--coll") a.coll = value();
-    else if (f == "--raw") a.raw = true;
-    else if (f == "--resnet50") a.resnet50 = true;
-    else if (f == "--steps") a.steps = std::atoi(value());
+    } else if (f == "--coll")
+      a.coll = value();
+    else if (f == "--raw")
+      a.raw = true;
+    else if (f == "--resnet50")
+      a.resnet50 = true;
+    else if (f == "--steps")
+      a.steps = std::atoi(value());
     else if (f == "-h" || f == "--help") {
       if (g_rank == 0)
-        std::printf("usage: allreduce_perf -b MIN -e MAX [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
-                    "  [-o sum|prod|max|min|avg] [-d float|half|bfloat16|double|int32|int64|uint8] [-r ROOT]\n"
-                    "  [--coll allreduce|allgather|broadcast|reducescatter|alltoall] [--raw] [--resnet50 [--steps N]]\n");
+        std::printf(
+            "usage: allreduce_perf -b MIN -e MAX [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
+            "  [-o sum|prod|max|min|avg] [-d float|half|bfloat16|double|int32|int64|uint8] [-r ROOT]\n"
+            "  [--coll allreduce|allgather|broadcast|reducescatter|alltoall] [--raw] [--resnet50 [--steps N]]\n");
       std::exit(0);
     } else {
       die("unknown flag '" + f + "' (see --help)");
@@ -141,20 +170,24 @@ void fill(std::vector<unsigned char>& buf, const TypeInfo& t, size_t count, int 
   for (size_t i = 0; i < count; ++i) {
     double v = static_cast<double>((rank + i) % 3 + 1);
     void* p = buf.data();
-    if (t.dl.code == kDLFloat && t.dl.bits == 32) static_cast<float*>(p)[i] = static_cast<float>(v);
-    else if (t.dl.code == kDLFloat && t.dl.bits == 64) static_cast<double*>(p)[i] = v;
+    if (t.dl.code == kDLFloat && t.dl.bits == 32)
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+    else if (t.dl.code == kDLFloat && t.dl.bits == 64)
+      static_cast<double*>(p)[i] = v;
     else if (t.dl.code == kDLFloat && t.dl.bits == 16) {
       const uint16_t halves[3] = {0x3c00, 0x4000, 0x4200};  // 1, 2, 3
       static_cast<uint16_t*>(p)[i] = halves[static_cast<int>(v) - 1];
-    }
-    else if (t.dl.code == kDLBfloat) {
+    } else if (t.dl.code == kDLBfloat) {
       float f = static_cast<float>(v);
       uint32_t u;
       std::memcpy(&u, &f, 4);
       static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(u >> 16);
-    } else if (t.dl.code == kDLInt && t.dl.bits == 32) static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
-    else if (t.dl.code == kDLInt && t.dl.bits == 64) static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
-    else static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+    } else if (t.dl.code == kDLInt && t.dl.bits == 32)
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+    else if (t.dl.code == kDLInt && t.dl.bits == 64)
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+    else
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
   }
 }
 
@@ -179,17 +212,30 @@ double read(const void* p, const TypeInfo& t, size_t i) {
 }
 
 double expected_allreduce(const Args& a, size_t i) {
-  double e = a.op->op == COHORT_REDUCE_PRODUCT ? 1 : a.op->op == COHORT_REDUCE_MIN ? 1e30 : a.op->op == COHORT_REDUCE_MAX ? -1e30 : 0;
+  double e = a.op->op == COHORT_REDUCE_PRODUCT ? 1
+             : a.op->op == COHORT_REDUCE_MIN   ? 1e30
+             : a.op->op == COHORT_REDUCE_MAX   ? -1e30
+                                               : 0;
   for (int r = 0; r < g_size; ++r) {
     double v = static_cast<double>((r + i) % 3 + 1);
     switch (a.op->op) {
-      case COHORT_REDUCE_SUM: case COHORT_REDUCE_AVERAGE: e += v; break;
-      case COHORT_REDUCE_PRODUCT: e *= v; break;
-      case COHORT_REDUCE_MIN: e = std::min(e, v); break;
-      case COHORT_REDUCE_MAX: e = std::max(e, v); break;
+      case COHORT_REDUCE_SUM:
+      case COHORT_REDUCE_AVERAGE:
+        e += v;
+        break;
+      case COHORT_REDUCE_PRODUCT:
+        e *= v;
+        break;
+      case COHORT_REDUCE_MIN:
+        e = std::min(e, v);
+        break;
+      case COHORT_REDUCE_MAX:
+        e = std::max(e, v);
+        break;
     }
   }
-  if (a.op->op == COHORT_REDUCE_AVERAGE) e = a.type->dl.code == kDLFloat || a.type->dl.code == kDLBfloat ? e / g_size : std::trunc(e / g_size);
+  if (a.op->op == COHORT_REDUCE_AVERAGE)
+    e = a.type->dl.code == kDLFloat || a.type->dl.code == kDLBfloat ? e / g_size : std::trunc(e / g_size);
   if (a.type->dl.code == kDLUInt) e = static_cast<uint8_t>(e);
   return e;
 }
@@ -302,7 +348,8 @@ void run_sizes(cohort_runtime_t* rt, const Args& a) {
   bool can_in_place = a.coll == "allreduce" || a.coll == "broadcast";
   if (g_rank == 0) {
     std::printf("# cohort %s, %d ranks, collective %s\n", cohort_version_string(), g_size, a.coll.c_str());
-    std::printf("#%88s%s\n", "out-of-place                       in-place          ", a.raw ? "   raw MPI_Allreduce (in place)" : "");
+    std::printf("#%88s%s\n", "out-of-place                       in-place          ",
+                a.raw ? "   raw MPI_Allreduce (in place)" : "");
     std::printf("#%11s %13s %9s %7s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size", "count", "type", "redop", "root",
                 "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
                 a.raw ? "     time   busbw  ratio" : "");
@@ -354,7 +401,8 @@ void run_sizes(cohort_runtime_t* rt, const Args& a) {
     if (g_rank == 0) {
       char ip[64];
       if (can_in_place)
-        std::snprintf(ip, sizeof ip, "%8.2f %7.2f %7.2f %6lld", t_ip, algbw_ip, busbw_ip, static_cast<long long>(wrong_ip < 0 ? 0 : wrong_ip));
+        std::snprintf(ip, sizeof ip, "%8.2f %7.2f %7.2f %6lld", t_ip, algbw_ip, busbw_ip,
+                      static_cast<long long>(wrong_ip < 0 ? 0 : wrong_ip));
       else
         std::snprintf(ip, sizeof ip, "%8s %7s %7s %6s", "N/A", "N/A", "N/A", "N/A");
       std::printf(" %11zu %13zu %9s %7s %6d %8.2f %7.2f %7.2f %6lld %s%s\n", bytes, total, a.type->name,
@@ -416,7 +464,9 @@ void run_resnet50(cohort_runtime_t* rt, const Args& a) {
   for (size_t i = 0; i < sizes.size(); ++i) names.push_back("resnet50.grad." + std::to_string(i));
   cohort_allreduce_options_t opts;
   check(cohort_allreduce_options_default(&opts), "cohort_allreduce_options_default");
-  opts.op = COHORT_REDUCE_AVERAGE;
+  // A plain sum, the same operation as the raw MPI_Allreduce it is compared with (an
+  // average adds one scaling pass over the gradients on top).
+  opts.op = COHORT_REDUCE_SUM;
   std::vector<double> step_ms, raw_ms;
   for (int step = -2; step < a.steps; ++step) {
     // Interleave: one cohort step, one raw MPI_Allreduce of the same bytes.
@@ -454,9 +504,10 @@ void run_resnet50(cohort_runtime_t* rt, const Args& a) {
   std::sort(raw_ms.begin(), raw_ms.end());
   double cm = step_ms[step_ms.size() / 2], rm = raw_ms[raw_ms.size() / 2];
   if (g_rank == 0)
-    std::printf("resnet50 gradient set: %zu tensors, %zu values (%.1f MB), %d ranks: cohort step %.2f ms (median of %d), "
-                "one raw MPI_Allreduce %.2f ms, ratio %.3f\n",
-                sizes.size(), total, total * 4 / 1e6, g_size, cm, a.steps, rm, cm / rm);
+    std::printf(
+        "resnet50 gradient set: %zu tensors, %zu values (%.1f MB), %d ranks: cohort step %.2f ms (median of %d), "
+        "one raw MPI_Allreduce %.2f ms, ratio %.3f\n",
+        sizes.size(), total, total * 4 / 1e6, g_size, cm, a.steps, rm, cm / rm);
 }
 
 }  // namespace
@@ -466,8 +517,7 @@ int main(int argc, char** argv) {
   check(cohort_config_create(&cfg), "cohort_config_create");
   std::vector<char*> rest(static_cast<size_t>(argc) + 1);
   int rest_argc = 0;
-  check(cohort_config_parse_args(cfg, argc, argv, 0, &rest_argc, rest.data()),
-        "reading the command line");
+  check(cohort_config_parse_args(cfg, argc, argv, 0, &rest_argc, rest.data()), "reading the command line");
   cohort_runtime_t* rt = nullptr;
   check(cohort_runtime_create(cfg, &rt), "cohort_runtime_create");
   cohort_config_destroy(cfg);

@@ -16,13 +16,16 @@ constexpr size_t kDirectBytes = size_t{1} << 20;
 
 kernels::Reduce to_kernel(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kMin: return kernels::Reduce::kMin;
-    case ReduceOp::kMax: return kernels::Reduce::kMax;
-    case ReduceOp::kProduct: return kernels::Reduce::kProd;
-    default: return kernels::Reduce::kSum;
+    case ReduceOp::kMin:
+      return kernels::Reduce::kMin;
+    case ReduceOp::kMax:
+      return kernels::Reduce::kMax;
+    case ReduceOp::kProduct:
+      return kernels::Reduce::kProd;
+    default:
+      return kernels::Reduce::kSum;
   }
 }
-
 
 // A default-constructed Tensor (no data, no shape) means "not given".
 bool unset(const Tensor& t) { return t.data() == nullptr && t.ndim() == 0; }
@@ -54,8 +57,8 @@ struct Engine::Pending {
   TensorEntry entry;
   Meta meta;
   size_t bit = 0;
-  bool skip_cache = false;  // waited long enough that the stall inspector must see it
-  int64_t exchanged_us = 0; // end of the first exchange that carried it (timeline)
+  bool skip_cache = false;   // waited long enough that the stall inspector must see it
+  int64_t exchanged_us = 0;  // end of the first exchange that carried it (timeline)
 };
 
 struct Engine::TableEntry {
@@ -147,13 +150,13 @@ void Engine::validate(const TensorEntry& e) const {
     require(out.is_contiguous(), "'", e.name, "': the output ", out.describe(), " is not contiguous");
   }
   if (e.type == OpType::kBroadcast)
-    require(e.root >= 0 && e.root < size_, "'", e.name, "': broadcast root ", e.root, " is not a rank (0..",
-            size_ - 1, ")");
+    require(e.root >= 0 && e.root < size_, "'", e.name, "': broadcast root ", e.root, " is not a rank (0..", size_ - 1,
+            ")");
   if (e.type == OpType::kAllgather || e.type == OpType::kAlltoall || e.type == OpType::kReducescatter)
     require(in.ndim() >= 1, "'", e.name, "': ", op_type_name(e.type), " needs at least one dimension, got a scalar");
   if (e.type == OpType::kAlltoall) {
-    require(e.splits.size() == static_cast<size_t>(size_), "'", e.name, "': alltoall needs one split per rank (",
-            size_, "), got ", e.splits.size());
+    require(e.splits.size() == static_cast<size_t>(size_), "'", e.name, "': alltoall needs one split per rank (", size_,
+            "), got ", e.splits.size());
     int64_t sum = 0;
     for (int64_t s : e.splits) {
       require(s >= 0, "'", e.name, "': alltoall split ", s, " is negative");
@@ -243,9 +246,10 @@ void Engine::run() {
     Status s = e.status();
     if (e.code() == Code::kMpi) {
       s = Status(Code::kPeerLost,
-                 cat(e.what(), "; a peer was probably lost (killed, crashed or out of memory): the runtime is "
-                               "poisoned, restart the job. If no rank died, check the shared-memory size (/dev/shm) "
-                               "and, across nodes, the network interface (-mca btl_tcp_if_include)"));
+                 cat(e.what(),
+                     "; a peer was probably lost (killed, crashed or out of memory): the runtime is "
+                     "poisoned, restart the job. If no rank died, check the shared-memory size (/dev/shm) "
+                     "and, across nodes, the network interface (-mca btl_tcp_if_include)"));
       if (on_fatal_) on_fatal_(e.what());
     }
     fail_all(s);
@@ -296,9 +300,9 @@ Meta Engine::meta_of(const TensorEntry& e) const {
 
 void Engine::add_pending(TensorEntry e) {
   if (pending_by_name_.count(e.name)) {
-    e.request->complete_part(Status(Code::kInvalidArgument,
-                                    cat("tensor name '", e.name, "' is already pending on rank ", rank_,
-                                        "; wait for it before submitting the name again")));
+    e.request->complete_part(
+        Status(Code::kInvalidArgument, cat("tensor name '", e.name, "' is already pending on rank ", rank_,
+                                           "; wait for it before submitting the name again")));
     return;
   }
   Pending p;
@@ -384,9 +388,9 @@ bool Engine::cycle() {
       std::string counts;
       for (int r = 0; r < size_; ++r) counts += cat(r ? ", " : "", r, ": ", submitted_counts_[static_cast<size_t>(r)]);
       p.entry.request->complete_part(
-          Status(Code::kStalled, cat("collective '", p.meta.name, "' (", p.meta.describe(), ") stalled for ",
-                                     options_.stall_shutdown_s, " s (stall_shutdown_s)", missing,
-                                     "; operations submitted per rank: ", counts)));
+          Status(Code::kStalled,
+                 cat("collective '", p.meta.name, "' (", p.meta.describe(), ") stalled for ", options_.stall_shutdown_s,
+                     " s (stall_shutdown_s)", missing, "; operations submitted per rank: ", counts)));
       Meta w = p.meta;
       w.kind = Meta::Kind::kWithdraw;
       msg.metas.push_back(std::move(w));
@@ -459,8 +463,7 @@ void Engine::process_messages(const std::vector<std::string>& messages, std::vec
     submitted_counts_[static_cast<size_t>(r)] = m.submitted;
     for (Meta& meta : m.metas) {
       if (meta.kind == Meta::Kind::kWithdraw) {
-        if (table_.erase(meta.name))
-          table_order_.erase(std::find(table_order_.begin(), table_order_.end(), meta.name));
+        if (table_.erase(meta.name)) table_order_.erase(std::find(table_order_.begin(), table_order_.end(), meta.name));
         continue;
       }
       if (meta.type == OpType::kJoin) {
@@ -710,7 +713,9 @@ void Engine::run_one(Response& r) {
       if (e) e->request->set_join_last_rank(a.root);
       break;
     }
-    case OpType::kBarrier: transport_->barrier(); break;
+    case OpType::kBarrier:
+      transport_->barrier();
+      break;
     case OpType::kAllreduce: {
       std::vector<Response*> one{&r};
       run_direct_allreduces(one);
@@ -836,9 +841,9 @@ void Engine::check_stalls() {
         missing.push_back(r);
       }
     }
-    report += cat("\n  '", name, "' (", some ? some->describe() : std::string("?"), "): waiting ",
-                  static_cast<int>(age), " s; submitted by ranks ", rank_list(have), ", missing on ranks ",
-                  rank_list(missing));
+    report +=
+        cat("\n  '", name, "' (", some ? some->describe() : std::string("?"), "): waiting ", static_cast<int>(age),
+            " s; submitted by ranks ", rank_list(have), ", missing on ranks ", rank_list(missing));
   }
   if (report.empty()) return;
   std::string counts;

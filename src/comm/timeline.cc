@@ -45,10 +45,10 @@ void Timeline::instant(const std::string& name) {
 
 std::string Timeline::events_json(int rank, int64_t offset_us) const {
   std::lock_guard lock(mu_);
-  std::string out = cat(R"({"name": "process_name", "ph": "M", "pid": )", rank,
-                        R"(, "args": {"name": "rank )", rank, R"("}})");
-  out += cat(R"(, {"name": "process_sort_index", "ph": "M", "pid": )", rank,
-             R"(, "args": {"sort_index": )", rank, "}}");
+  std::string out =
+      cat(R"({"name": "process_name", "ph": "M", "pid": )", rank, R"(, "args": {"name": "rank )", rank, R"("}})");
+  out +=
+      cat(R"(, {"name": "process_sort_index", "ph": "M", "pid": )", rank, R"(, "args": {"sort_index": )", rank, "}}");
   for (const Event& e : events_) {
     int64_t ts = e.start_us - offset_us;
     if (e.instant) {

@@ -78,16 +78,28 @@ enum class Reduce : uint8_t { kSum, kMin, kMax, kProd };
 
 // The combining functors, applied in a compute type (float for f16/bf16).
 struct SumFn {
-  template <typename T> COHORT_HD T operator()(T a, T b) const { return static_cast<T>(a + b); }
+  template <typename T>
+  COHORT_HD T operator()(T a, T b) const {
+    return static_cast<T>(a + b);
+  }
 };
 struct MinFn {
-  template <typename T> COHORT_HD T operator()(T a, T b) const { return b < a ? b : a; }
+  template <typename T>
+  COHORT_HD T operator()(T a, T b) const {
+    return b < a ? b : a;
+  }
 };
 struct MaxFn {
-  template <typename T> COHORT_HD T operator()(T a, T b) const { return a < b ? b : a; }
+  template <typename T>
+  COHORT_HD T operator()(T a, T b) const {
+    return a < b ? b : a;
+  }
 };
 struct ProdFn {
-  template <typename T> COHORT_HD T operator()(T a, T b) const { return static_cast<T>(a * b); }
+  template <typename T>
+  COHORT_HD T operator()(T a, T b) const {
+    return static_cast<T>(a * b);
+  }
 };
 
 // Storage <-> compute conversions per dtype.
@@ -114,23 +126,45 @@ inline void combine_loop(S* inout, const S* in, size_t n, Fn fn) {
 template <typename S, typename C>
 inline void combine_op(S* inout, const S* in, size_t n, Reduce op) {
   switch (op) {
-    case Reduce::kSum: combine_loop<S, C>(inout, in, n, SumFn{}); break;
-    case Reduce::kMin: combine_loop<S, C>(inout, in, n, MinFn{}); break;
-    case Reduce::kMax: combine_loop<S, C>(inout, in, n, MaxFn{}); break;
-    case Reduce::kProd: combine_loop<S, C>(inout, in, n, ProdFn{}); break;
+    case Reduce::kSum:
+      combine_loop<S, C>(inout, in, n, SumFn{});
+      break;
+    case Reduce::kMin:
+      combine_loop<S, C>(inout, in, n, MinFn{});
+      break;
+    case Reduce::kMax:
+      combine_loop<S, C>(inout, in, n, MaxFn{});
+      break;
+    case Reduce::kProd:
+      combine_loop<S, C>(inout, in, n, ProdFn{});
+      break;
   }
 }
 
 // inout = op(inout, in) elementwise for n elements of dtype t (host memory).
 inline void combine(void* inout, const void* in, size_t n, DType t, Reduce op) {
   switch (t) {
-    case DType::kF32: combine_op<float, PlainCodec<float>>(static_cast<float*>(inout), static_cast<const float*>(in), n, op); break;
-    case DType::kF64: combine_op<double, PlainCodec<double>>(static_cast<double*>(inout), static_cast<const double*>(in), n, op); break;
-    case DType::kI32: combine_op<int32_t, PlainCodec<int32_t>>(static_cast<int32_t*>(inout), static_cast<const int32_t*>(in), n, op); break;
-    case DType::kI64: combine_op<int64_t, PlainCodec<int64_t>>(static_cast<int64_t*>(inout), static_cast<const int64_t*>(in), n, op); break;
-    case DType::kU8: combine_op<uint8_t, PlainCodec<uint8_t>>(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in), n, op); break;
-    case DType::kF16: combine_op<uint16_t, F16Codec>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op); break;
-    case DType::kBF16: combine_op<uint16_t, BF16Codec>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op); break;
+    case DType::kF32:
+      combine_op<float, PlainCodec<float>>(static_cast<float*>(inout), static_cast<const float*>(in), n, op);
+      break;
+    case DType::kF64:
+      combine_op<double, PlainCodec<double>>(static_cast<double*>(inout), static_cast<const double*>(in), n, op);
+      break;
+    case DType::kI32:
+      combine_op<int32_t, PlainCodec<int32_t>>(static_cast<int32_t*>(inout), static_cast<const int32_t*>(in), n, op);
+      break;
+    case DType::kI64:
+      combine_op<int64_t, PlainCodec<int64_t>>(static_cast<int64_t*>(inout), static_cast<const int64_t*>(in), n, op);
+      break;
+    case DType::kU8:
+      combine_op<uint8_t, PlainCodec<uint8_t>>(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in), n, op);
+      break;
+    case DType::kF16:
+      combine_op<uint16_t, F16Codec>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
+      break;
+    case DType::kBF16:
+      combine_op<uint16_t, BF16Codec>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
+      break;
   }
 }
 
@@ -156,11 +190,21 @@ inline void scale(void* data, size_t n, DType t, double factor) {
       for (size_t i = 0; i < n; ++i) p[i] *= factor;
       break;
     }
-    case DType::kI32: scale_loop<int32_t, PlainCodec<int32_t>, int32_t>(static_cast<int32_t*>(data), n, factor); break;
-    case DType::kI64: scale_loop<int64_t, PlainCodec<int64_t>, int64_t>(static_cast<int64_t*>(data), n, factor); break;
-    case DType::kU8: scale_loop<uint8_t, PlainCodec<uint8_t>, uint8_t>(static_cast<uint8_t*>(data), n, factor); break;
-    case DType::kF16: scale_loop<uint16_t, F16Codec, float>(static_cast<uint16_t*>(data), n, factor); break;
-    case DType::kBF16: scale_loop<uint16_t, BF16Codec, float>(static_cast<uint16_t*>(data), n, factor); break;
+    case DType::kI32:
+      scale_loop<int32_t, PlainCodec<int32_t>, int32_t>(static_cast<int32_t*>(data), n, factor);
+      break;
+    case DType::kI64:
+      scale_loop<int64_t, PlainCodec<int64_t>, int64_t>(static_cast<int64_t*>(data), n, factor);
+      break;
+    case DType::kU8:
+      scale_loop<uint8_t, PlainCodec<uint8_t>, uint8_t>(static_cast<uint8_t*>(data), n, factor);
+      break;
+    case DType::kF16:
+      scale_loop<uint16_t, F16Codec, float>(static_cast<uint16_t*>(data), n, factor);
+      break;
+    case DType::kBF16:
+      scale_loop<uint16_t, BF16Codec, float>(static_cast<uint16_t*>(data), n, factor);
+      break;
   }
 }
 

@@ -73,13 +73,19 @@ void MpiTransport::wait(MPI_Request& request, const char* call) {
 
 MPI_Datatype MpiTransport::mpi_type(DType t) const {
   switch (t) {
-    case DType::kF32: return MPI_FLOAT;
-    case DType::kF64: return MPI_DOUBLE;
-    case DType::kI32: return MPI_INT32_T;
-    case DType::kI64: return MPI_INT64_T;
-    case DType::kU8: return MPI_UINT8_T;
+    case DType::kF32:
+      return MPI_FLOAT;
+    case DType::kF64:
+      return MPI_DOUBLE;
+    case DType::kI32:
+      return MPI_INT32_T;
+    case DType::kI64:
+      return MPI_INT64_T;
+    case DType::kU8:
+      return MPI_UINT8_T;
     case DType::kF16:
-    case DType::kBF16: return MPI_UINT16_T;
+    case DType::kBF16:
+      return MPI_UINT16_T;
   }
   return MPI_BYTE;
 }
@@ -87,19 +93,23 @@ MPI_Datatype MpiTransport::mpi_type(DType t) const {
 MPI_Op MpiTransport::mpi_op(DType t, kernels::Reduce op) const {
   if (t == DType::kF16 || t == DType::kBF16) return half_ops_[t == DType::kF16 ? 0 : 1][static_cast<int>(op)];
   switch (op) {
-    case kernels::Reduce::kSum: return MPI_SUM;
-    case kernels::Reduce::kMin: return MPI_MIN;
-    case kernels::Reduce::kMax: return MPI_MAX;
-    case kernels::Reduce::kProd: return MPI_PROD;
+    case kernels::Reduce::kSum:
+      return MPI_SUM;
+    case kernels::Reduce::kMin:
+      return MPI_MIN;
+    case kernels::Reduce::kMax:
+      return MPI_MAX;
+    case kernels::Reduce::kProd:
+      return MPI_PROD;
   }
   return MPI_SUM;
 }
 
 void MpiTransport::and_words(std::vector<uint64_t>& words) {
   MPI_Request req;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, MPI_BAND, comm_,
-                           &req),
-            "MPI_Iallreduce (negotiation)");
+  mpi_check(
+      MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, MPI_BAND, comm_, &req),
+      "MPI_Iallreduce (negotiation)");
   wait(req, "MPI_Iallreduce (negotiation)");
 }
 

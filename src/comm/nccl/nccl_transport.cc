@@ -15,9 +15,12 @@ std::string nccl_hint(ncclResult_t rc) {
     case ncclInvalidUsage:
       return "; NCCL rejected the usage: two ranks on one GPU is the usual cause (one process per GPU), "
              "run with NCCL_DEBUG=INFO";
-    case ncclUnhandledCudaError: return "; a CUDA call failed inside NCCL: check the driver and the device";
-    case ncclRemoteError: return "; a peer failed or the network dropped: check the other ranks' logs";
-    default: return "; run with NCCL_DEBUG=INFO for details";
+    case ncclUnhandledCudaError:
+      return "; a CUDA call failed inside NCCL: check the driver and the device";
+    case ncclRemoteError:
+      return "; a peer failed or the network dropped: check the other ranks' logs";
+    default:
+      return "; run with NCCL_DEBUG=INFO for details";
   }
 }
 
@@ -31,23 +34,34 @@ void cuda_check(cudaError_t rc, const char* call) {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::kF32: return ncclFloat32;
-    case DType::kF16: return ncclFloat16;
-    case DType::kBF16: return ncclBfloat16;
-    case DType::kF64: return ncclFloat64;
-    case DType::kI32: return ncclInt32;
-    case DType::kI64: return ncclInt64;
-    case DType::kU8: return ncclUint8;
+    case DType::kF32:
+      return ncclFloat32;
+    case DType::kF16:
+      return ncclFloat16;
+    case DType::kBF16:
+      return ncclBfloat16;
+    case DType::kF64:
+      return ncclFloat64;
+    case DType::kI32:
+      return ncclInt32;
+    case DType::kI64:
+      return ncclInt64;
+    case DType::kU8:
+      return ncclUint8;
   }
   return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(kernels::Reduce op) {
   switch (op) {
-    case kernels::Reduce::kSum: return ncclSum;
-    case kernels::Reduce::kMin: return ncclMin;
-    case kernels::Reduce::kMax: return ncclMax;
-    case kernels::Reduce::kProd: return ncclProd;
+    case kernels::Reduce::kSum:
+      return ncclSum;
+    case kernels::Reduce::kMin:
+      return ncclMin;
+    case kernels::Reduce::kMax:
+      return ncclMax;
+    case kernels::Reduce::kProd:
+      return ncclProd;
   }
   return ncclSum;
 }

@@ -28,9 +28,7 @@ class NcclTransport final : public Transport {
   bool supports(Device d) const override { return d.kind == Device::Kind::kCuda && d.id == device_; }
 
   void and_words(std::vector<uint64_t>& words) override { control_->and_words(words); }
-  std::vector<std::string> allgather_bytes(const std::string& mine) override {
-    return control_->allgather_bytes(mine);
-  }
+  std::vector<std::string> allgather_bytes(const std::string& mine) override { return control_->allgather_bytes(mine); }
   void allreduce(void* buf, size_t count, DType t, kernels::Reduce op) override;
   void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) override;
   void broadcast(void* buf, size_t bytes, int root) override;

@@ -202,12 +202,9 @@ static void test_mismatch_between_submission_and_cache(void** state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_null_arguments),
-      cmocka_unit_test(test_bad_tensors),
-      cmocka_unit_test(test_bad_options),
-      cmocka_unit_test(test_groups),
-      cmocka_unit_test(test_requests_and_results),
-      cmocka_unit_test(test_mismatch_between_submission_and_cache),
+      cmocka_unit_test(test_null_arguments),       cmocka_unit_test(test_bad_tensors),
+      cmocka_unit_test(test_bad_options),          cmocka_unit_test(test_groups),
+      cmocka_unit_test(test_requests_and_results), cmocka_unit_test(test_mismatch_between_submission_and_cache),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -20,14 +20,14 @@ namespace {
 int g_failures = 0;
 int g_rank = 0, g_size = 1;
 
-#define CHECK(cond, ...)                                                              \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      ++g_failures;                                                                   \
+#define CHECK(cond, ...)                                                                             \
+  do {                                                                                               \
+    if (!(cond)) {                                                                                   \
+      ++g_failures;                                                                                  \
       std::fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                              \
-      std::fprintf(stderr, "\n");                                                     \
-    }                                                                                 \
+      std::fprintf(stderr, __VA_ARGS__);                                                             \
+      std::fprintf(stderr, "\n");                                                                    \
+    }                                                                                                \
   } while (0)
 
 #define OK(call) CHECK((call) == COHORT_OK, "%s", cohort_last_error())
@@ -186,11 +186,13 @@ void test_mismatch(cohort_runtime_t* rt) {
   cohort_status_t s = cohort_allreduce(rt, "mismatched", &b.t, nullptr, nullptr);
   CHECK(s == COHORT_ERR_MISMATCH, "status %d", s);
   std::string msg = cohort_last_error();
-  CHECK(msg.find("'mismatched'") != std::string::npos && msg.find("rank 1: allreduce sum f32[5]") != std::string::npos &&
+  CHECK(msg.find("'mismatched'") != std::string::npos &&
+            msg.find("rank 1: allreduce sum f32[5]") != std::string::npos &&
             msg.find("rank 0: allreduce sum f32[4]") != std::string::npos,
         "message: %s", msg.c_str());
   Buffer d(g_rank == 0 ? kF64 : kF32, {4});
-  CHECK(cohort_allreduce(rt, "dtype_mismatch", &d.t, nullptr, nullptr) == COHORT_ERR_MISMATCH, "%s", cohort_last_error());
+  CHECK(cohort_allreduce(rt, "dtype_mismatch", &d.t, nullptr, nullptr) == COHORT_ERR_MISMATCH, "%s",
+        cohort_last_error());
   Buffer r(kF32, {4});
   CHECK(cohort_broadcast(rt, "root_mismatch", &r.t, nullptr, g_rank == 0 ? 0 : 1) == COHORT_ERR_MISMATCH, "%s",
         cohort_last_error());
@@ -347,11 +349,13 @@ void test_timeline(const std::string& path) {
   }
   cohort_runtime_destroy(rt);
   if (g_rank != 0) return;
-  std::string cmd = "/usr/bin/python3 -c \"import json,sys; d=json.load(open(sys.argv[1])); ev=d['traceEvents']; "
-                    "pids={e['pid'] for e in ev}; assert pids==set(range(" +
-                    std::to_string(g_size) +
-                    ")), pids; assert any(e['ph']=='i' for e in ev); "
-                    "assert any(e.get('name')=='ALLREDUCE' for e in ev)\" " + path;
+  std::string cmd =
+      "/usr/bin/python3 -c \"import json,sys; d=json.load(open(sys.argv[1])); ev=d['traceEvents']; "
+      "pids={e['pid'] for e in ev}; assert pids==set(range(" +
+      std::to_string(g_size) +
+      ")), pids; assert any(e['ph']=='i' for e in ev); "
+      "assert any(e.get('name')=='ALLREDUCE' for e in ev)\" " +
+      path;
   if (std::system("test -x /usr/bin/python3") == 0) CHECK(std::system(cmd.c_str()) == 0, "timeline %s", path.c_str());
   std::remove(path.c_str());
 }
@@ -360,7 +364,8 @@ void test_timeline(const std::string& path) {
 
 int main(int argc, char** argv) {
   // Small pieces and a narrow window so big tensors slide through several windows.
-  cohort_runtime_t* rt = make_runtime({{"fusion_threshold_mb", "1"}, {"allreduce_chunk_kb", "256"}, {"allreduce_window", "2"}});
+  cohort_runtime_t* rt =
+      make_runtime({{"fusion_threshold_mb", "1"}, {"allreduce_chunk_kb", "256"}, {"allreduce_window", "2"}});
   if (!rt) return 1;
   OK(cohort_runtime_rank(rt, &g_rank));
   OK(cohort_runtime_size(rt, &g_size));

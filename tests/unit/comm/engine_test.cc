@@ -40,26 +40,47 @@ EngineOptions fast_options() {
 
 double get(const Tensor& t, int64_t i) {
   switch (t.dtype()) {
-    case DType::kF32: return t.data_as<float>()[i];
-    case DType::kF64: return t.data_as<double>()[i];
-    case DType::kI32: return t.data_as<int32_t>()[i];
-    case DType::kI64: return static_cast<double>(t.data_as<int64_t>()[i]);
-    case DType::kU8: return t.data_as<uint8_t>()[i];
-    case DType::kF16: return kernels::half_to_float(t.data_as<uint16_t>()[i]);
-    case DType::kBF16: return kernels::bf16_to_float(t.data_as<uint16_t>()[i]);
+    case DType::kF32:
+      return t.data_as<float>()[i];
+    case DType::kF64:
+      return t.data_as<double>()[i];
+    case DType::kI32:
+      return t.data_as<int32_t>()[i];
+    case DType::kI64:
+      return static_cast<double>(t.data_as<int64_t>()[i]);
+    case DType::kU8:
+      return t.data_as<uint8_t>()[i];
+    case DType::kF16:
+      return kernels::half_to_float(t.data_as<uint16_t>()[i]);
+    case DType::kBF16:
+      return kernels::bf16_to_float(t.data_as<uint16_t>()[i]);
   }
   return 0;
 }
 
 void set(Tensor& t, int64_t i, double v) {
   switch (t.dtype()) {
-    case DType::kF32: t.data_as<float>()[i] = static_cast<float>(v); break;
-    case DType::kF64: t.data_as<double>()[i] = v; break;
-    case DType::kI32: t.data_as<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::kI64: t.data_as<int64_t>()[i] = static_cast<int64_t>(v); break;
-    case DType::kU8: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-    case DType::kF16: t.data_as<uint16_t>()[i] = kernels::float_to_half(static_cast<float>(v)); break;
-    case DType::kBF16: t.data_as<uint16_t>()[i] = kernels::float_to_bf16(static_cast<float>(v)); break;
+    case DType::kF32:
+      t.data_as<float>()[i] = static_cast<float>(v);
+      break;
+    case DType::kF64:
+      t.data_as<double>()[i] = v;
+      break;
+    case DType::kI32:
+      t.data_as<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kI64:
+      t.data_as<int64_t>()[i] = static_cast<int64_t>(v);
+      break;
+    case DType::kU8:
+      t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v);
+      break;
+    case DType::kF16:
+      t.data_as<uint16_t>()[i] = kernels::float_to_half(static_cast<float>(v));
+      break;
+    case DType::kBF16:
+      t.data_as<uint16_t>()[i] = kernels::float_to_bf16(static_cast<float>(v));
+      break;
   }
 }
 
@@ -85,8 +106,7 @@ TensorEntry allreduce(const std::string& name, Tensor in, ReduceOp op = ReduceOp
   return e;
 }
 
-const DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64,
-                           DType::kI32, DType::kI64, DType::kU8};
+const DType kAllTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI32, DType::kI64, DType::kU8};
 
 TEST(CommEngine, AllreduceEveryOpAndDtypeMatchesReference) {
   const int n = 3;
@@ -108,10 +128,18 @@ TEST(CommEngine, AllreduceEveryOpAndDtypeMatchesReference) {
             double v = value(r, i, nn);
             switch (op) {
               case ReduceOp::kSum:
-              case ReduceOp::kAverage: expect += v; break;
-              case ReduceOp::kMin: expect = std::min(expect, v); break;
-              case ReduceOp::kMax: expect = std::max(expect, v); break;
-              case ReduceOp::kProduct: expect *= v; break;
+              case ReduceOp::kAverage:
+                expect += v;
+                break;
+              case ReduceOp::kMin:
+                expect = std::min(expect, v);
+                break;
+              case ReduceOp::kMax:
+                expect = std::max(expect, v);
+                break;
+              case ReduceOp::kProduct:
+                expect *= v;
+                break;
             }
           }
           if (op == ReduceOp::kAverage) {
@@ -119,7 +147,7 @@ TEST(CommEngine, AllreduceEveryOpAndDtypeMatchesReference) {
             if (t == DType::kI32 || t == DType::kI64 || t == DType::kU8) expect = std::trunc(expect);
           }
           if (t == DType::kU8) expect = static_cast<double>(static_cast<uint8_t>(static_cast<int64_t>(expect)));
-          double tol = t == DType::kF16 ? 1e-3 * std::abs(expect) + 1e-3
+          double tol = t == DType::kF16    ? 1e-3 * std::abs(expect) + 1e-3
                        : t == DType::kBF16 ? 1e-2 * std::abs(expect) + 1e-2
                                            : 1e-6;
           ASSERT_NEAR(get(result, i), expect, tol) << name << " element " << i;
@@ -336,7 +364,8 @@ TEST(CommEngine, BarrierAndGroupedSubmission) {
     }
     ASSERT_TRUE(engine.submit(std::move(group))->wait().is_ok());
     for (const Tensor& t : ts)
-      for (int64_t k = 0; k < t.numel(); ++k) ASSERT_EQ(get(t, k), value(0, k, false) + value(1, k, false) + value(2, k, false));
+      for (int64_t k = 0; k < t.numel(); ++k)
+        ASSERT_EQ(get(t, k), value(0, k, false) + value(1, k, false) + value(2, k, false));
     ASSERT_TRUE(engine.barrier()->wait().is_ok());
   });
 }

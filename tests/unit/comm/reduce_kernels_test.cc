@@ -22,7 +22,7 @@ TEST(ReduceKernels, HalfKnownValuesAndRounding) {
   EXPECT_EQ(half_to_float(0xc000), -2.0f);
   EXPECT_EQ(half_to_float(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(float_to_half(65504.0f), 0x7bff);
-  EXPECT_EQ(float_to_half(1e6f), 0x7c00);                  // overflow to infinity
+  EXPECT_EQ(float_to_half(1e6f), 0x7c00);                          // overflow to infinity
   EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie rounds to even
   EXPECT_TRUE(std::isnan(half_to_float(float_to_half(NAN))));
 }
