@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # mnist_cnn on Fashion-MNIST with the trainer's default optimizer settings: test accuracy
 # after EPOCHS epochs on 1 rank, then on 2 ranks with the linear scaling rule and
-# warm-up (the labs' large-batch problem). Usage: convergence.sh COHORT_TRAIN COHORTRUN [EPOCHS]
+# warm-up (the labs' large-batch problem).
+# Usage: convergence.sh COHORT_TRAIN COHORTRUN [EPOCHS [TRAINER FLAGS...]], e.g.
+#   convergence.sh … 5 --lr=0.02 --lr_schedule=cosine   (flags go to both runs)
 set -euo pipefail
 train=$1 cohortrun=$2 epochs=${3:-5}
+extra=("${@:4}")
 data=/usr/share/datasets/fashion-mnist
 [ -d "$data" ] || { echo "SKIP: no $data"; exit 0; }
 common=(--model=mnist_cnn --data_dir="$data" --batch_size=64 --num_epochs="$epochs" --augment=none --eval
-        --display_every=200 --progress=plain --json)
+        --display_every=200 --progress=plain --json "${extra[@]}")
 top1() { tail -n 1 | /usr/bin/python3 -c 'import json,sys; s=json.loads(sys.stdin.read()); print(f"{100*s["top1"]:.2f} {s["images_per_sec"]["mean"]:.0f}")'; }
 read -r a1 r1 < <("$cohortrun" -np 1 -- "$train" "${common[@]}" | top1)
 echo "np=1: top-1 ${a1}% after $epochs epochs (${r1} images/sec)"
