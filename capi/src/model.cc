@@ -40,7 +40,7 @@ void attach_backend(cohort_model_t& m, const Config& cfg) {
   if (threads <= 0) threads = m.runtime->thread_budget();
   m.graph->set_backend(backend::make_cpu_backend(threads));
   m.graph->set_dropout_seed(m.seed);
-  m.graph->set_grad_ready([mp = &m](int index, const Parameter&) {
+  m.graph->add_grad_ready([mp = &m](int index, const Parameter&) {
     if (mp->grad_ready) mp->grad_ready(mp->grad_ready_user, static_cast<size_t>(index));
   });
 }

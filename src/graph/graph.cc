@@ -389,10 +389,25 @@ float Graph::forward_train(const float* input, int64_t batch, Layout layout, con
   return has_loss() ? p.loss() : 0.f;
 }
 
+int Graph::add_grad_ready(GradReady hook) {
+  require(static_cast<bool>(hook), "the gradient-ready hook is empty");
+  grad_ready_.emplace_back(next_hook_, std::move(hook));
+  return next_hook_++;
+}
+
+void Graph::remove_grad_ready(int id) {
+  std::erase_if(grad_ready_, [id](const auto& h) { return h.first == id; });
+}
+
+void Graph::set_grad_ready(GradReady hook) {
+  grad_ready_.clear();
+  if (hook) add_grad_ready(std::move(hook));
+}
+
 void Graph::backward(const float* output_grad) {
   require(last_train_ != nullptr, "backward needs a forward_train first");
   std::function<void(int)> ready = [this](int i) {
-    if (grad_ready_) grad_ready_(i, params_[static_cast<size_t>(i)]);
+    for (const auto& [id, hook] : grad_ready_) hook(i, params_[static_cast<size_t>(i)]);
   };
   last_train_->backward(output_grad, ready);
 }

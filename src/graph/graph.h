@@ -90,9 +90,13 @@ class Graph {
   // The step number the next forward_train uses (it picks the dropout masks).
   void set_step(uint64_t step) { step_ = step; }
   uint64_t step() const { return step_; }
-  // Called with the parameter index as soon as its gradient is final.
+  // Hooks called with the parameter index as soon as its gradient is final (in
+  // backward order, on the thread running backward). add_grad_ready() keeps the hooks
+  // already there (the C API's callback is one); set_grad_ready() replaces them all.
   using GradReady = std::function<void(int index, const Parameter& param)>;
-  void set_grad_ready(GradReady hook) { grad_ready_ = std::move(hook); }
+  int add_grad_ready(GradReady hook);  // returns an id for remove_grad_ready()
+  void remove_grad_ready(int id);
+  void set_grad_ready(GradReady hook);
 
   // Training forward (dropout on, batch statistics) and, with labels, the loss.
   float forward_train(const float* input, int64_t batch, Layout layout, const int32_t* labels);
@@ -122,7 +126,8 @@ class Graph {
   std::map<std::tuple<int64_t, int, bool, bool>, std::unique_ptr<backend::Plan>> plans_;
   backend::Plan* last_train_ = nullptr;
   uint64_t step_ = 0, dropout_seed_ = 0;
-  GradReady grad_ready_;
+  std::vector<std::pair<int, GradReady>> grad_ready_;
+  int next_hook_ = 0;
 };
 
 }  // namespace cohort

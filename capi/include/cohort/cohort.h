@@ -12,9 +12,9 @@
 #include "cohort/config.h"
 #include "cohort/build.h"
 #include "cohort/runtime.h"
-#include "cohort/model.h"
-#include "cohort/pipeline.h"
 #include "cohort/collectives.h"
+#include "cohort/pipeline.h"
+#include "cohort/model.h"
 #include "cohort/train.h"
 
 #endif /* COHORT_COHORT_H */

@@ -193,7 +193,6 @@ class CpuPlan final : public Plan {
                        if (ready_ && *ready_) (*ready_)(param);
                      }});
   }
-  void exec(const Items& items) { run(items); }
   static int64_t floats(const memory& m) { return static_cast<int64_t>(m.get_desc().get_size() / sizeof(float)); }
   // fn(begin, end) over [0, n), split across the plan's threads (cache-line aligned).
   void for_chunks(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {

@@ -242,3 +242,31 @@ TEST(Graph, BadShapesFailAtBuildTimeWithClearMessages) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Graph, SeveralGradReadyHooksCanBeAddedAndRemoved) {
+  cohort::Graph g({3});
+  g.softmax_xent(g.dense(g.input(), "fc", 2), "loss");
+  g.materialize(1);
+  int a = 0, b = 0;
+  const int ida = g.add_grad_ready([&](int, const cohort::Parameter&) { ++a; });
+  g.add_grad_ready([&](int, const cohort::Parameter&) { ++b; });
+  std::vector<float> x{1, 2, 3};
+  std::vector<int32_t> y{1};
+  g.forward_train(x.data(), 1, cohort::Layout::kNCHW, y.data());
+  g.backward();
+  EXPECT_EQ(a, 2);
+  EXPECT_EQ(b, 2);
+  g.remove_grad_ready(ida);
+  g.forward_train(x.data(), 1, cohort::Layout::kNCHW, y.data());
+  g.backward();
+  EXPECT_EQ(a, 2);
+  EXPECT_EQ(b, 4);
+  g.set_grad_ready(nullptr);
+  g.forward_train(x.data(), 1, cohort::Layout::kNCHW, y.data());
+  g.backward();
+  EXPECT_EQ(b, 4);
+}
+
+}  // namespace
