@@ -188,7 +188,17 @@ static int run(trainer_t* t, int argc, char** argv) {
   }
   t->tty = t->rank == 0 && (strcmp(progress, "tty") == 0 || (strcmp(progress, "auto") == 0 && isatty(1)));
 
-  CHECK(cohort_model_create(t->rt, model_name, t->cfg, &t->model), "building the model");
+  if (cohort_model_create(t->rt, model_name, t->cfg, &t->model) != COHORT_OK) {
+    /* The labs' wording, `Invalid model type: NAME`, then the valid names. */
+    const char* e = error_text();
+    const char* q = "Invalid model type: '";
+    const char* end = strncmp(e, q, strlen(q)) == 0 ? strchr(e + strlen(q), '\'') : NULL;
+    if (t->rank == 0 && end)
+      fprintf(stderr, "cohort-train: Invalid model type: %.*s%s\n", (int)(end - e - strlen(q)), e + strlen(q), end + 1);
+    else if (t->rank == 0)
+      fprintf(stderr, "cohort-train: building the model: %s\n", e);
+    return 1;
+  }
   if (get_bool(t->cfg, "summary")) {
     if (t->rank == 0) {
       size_t needed = 0;
