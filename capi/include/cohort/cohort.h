@@ -15,5 +15,6 @@
 #include "cohort/collectives.h"
 #include "cohort/pipeline.h"
 #include "cohort/model.h"
+#include "cohort/train.h"
 
 #endif /* COHORT_COHORT_H */

@@ -1,0 +1,305 @@
+/**
+ * @file train.h
+ * @brief Data-parallel training: the distributed optimizer, the training step,
+ * evaluation across ranks, checkpoints and the run metrics that cohort-train prints.
+ *
+ * A training program creates a model (model.h), an input pipeline (pipeline.h) and an
+ * optimizer over the model with cohort_optimizer_create(); broadcasts rank 0's
+ * parameters with cohort_optimizer_broadcast(); then calls cohort_model_train_step()
+ * once per batch. Inside a step each gradient goes to the collective engine as soon as
+ * backward has produced it, so the allreduce overlaps the rest of backward; the update
+ * waits for all of them and applies the averaged gradient on every rank.
+ *
+ * Collective calls (marked "Collective") must be made by every rank of the runtime in
+ * the same order. Batch-norm running statistics are not averaged: each rank keeps the
+ * statistics of its own batches (as Horovod does); checkpoints store rank 0's.
+ */
+#ifndef COHORT_TRAIN_H
+#define COHORT_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cohort/common.h"
+#include "cohort/config.h"
+#include "cohort/model.h"
+#include "cohort/pipeline.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * @brief What a model takes and gives: the per-sample input shape and the number of
+ * classes of its output, so a program can configure a matching input pipeline.
+ * @param model       The model.
+ * @param channels    Receives C of a {C, H, W} input, or the feature count F of a {F}
+ *                    input (may be NULL).
+ * @param height      Receives H (1 for a {F} input; may be NULL).
+ * @param width       Receives W (1 for a {F} input; may be NULL).
+ * @param num_classes Receives the length of the output vector (may be NULL).
+ * @return ::COHORT_OK or ::COHORT_ERR_INVALID_ARGUMENT (NULL model). Thread-safe.
+ */
+COHORT_API cohort_status_t cohort_model_io_shape(const cohort_model_t* model, int64_t* channels, int64_t* height,
+                                                 int64_t* width, int64_t* num_classes);
+
+/** @brief An optimizer bound to one model: update rule, learning-rate schedule and
+ * gradient exchange across the ranks of the model's runtime. */
+typedef struct cohort_optimizer_t cohort_optimizer_t;
+
+/**
+ * @brief Creates the distributed optimizer of a model.
+ *
+ * Options come from @p config (NULL: the runtime's configuration): `optimizer`
+ * (sgd|momentum|nesterov|adam|adamw|lars), `lr`, `momentum`, `weight_decay`,
+ * `adam_beta1`, `adam_beta2`, `adam_epsilon`, `lars_eta`, `lr_schedule`,
+ * `warmup_epochs`, `lr_warmup_steps`, `lr_scaling` (linear: lr × global batch /
+ * `base_batch_size`, global batch = `batch_size` × ranks × `backward_passes_per_step`),
+ * `lr_decay_epochs`, `lr_decay_factor`, `lr_poly_power`, `lr_end`,
+ * `backward_passes_per_step`, `compression` (none|f16 on the wire),
+ * `gradient_predivide_factor`, `precision` (the CPU backend trains in f32 only).
+ * Materializes the model's parameters and installs the model's gradient-ready
+ * callback (replacing any set with cohort_model_set_grad_ready()).
+ *
+ * @param model  Borrowed; must outlive the optimizer. One optimizer per model.
+ * @param config Borrowed for the call; NULL uses the runtime's configuration.
+ * @param out    Receives the new optimizer, owned by the caller
+ *               (cohort_optimizer_destroy()); NULL on failure.
+ * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT naming a bad option;
+ *         ::COHORT_ERR_UNSUPPORTED when the precision cannot run on this device.
+ * Not collective. Not thread-safe with other calls on the same model.
+ */
+COHORT_API cohort_status_t cohort_optimizer_create(cohort_model_t* model, const cohort_config_t* config,
+                                                   cohort_optimizer_t** out);
+
+/**
+ * @brief Destroys an optimizer and removes its gradient-ready callback from the model.
+ * @param optimizer The optimizer; NULL is a no-op.
+ */
+COHORT_API void cohort_optimizer_destroy(cohort_optimizer_t* optimizer);
+
+/**
+ * @brief Tells the learning-rate schedule how long the run is.
+ *
+ * Needed by epoch-based warm-up (`warmup_epochs`) and the step schedule
+ * (@p steps_per_epoch), and by poly and cosine decay (@p total_steps). Until it is
+ * called both are 0 and a schedule that needs them fails at the first step.
+ * @param optimizer       The optimizer.
+ * @param steps_per_epoch Optimizer steps per epoch (0: unknown).
+ * @param total_steps     Optimizer steps of the whole run (0: unknown).
+ * @return ::COHORT_OK or ::COHORT_ERR_INVALID_ARGUMENT naming the option that needs a
+ *         length. Not collective.
+ */
+COHORT_API cohort_status_t cohort_optimizer_set_run_length(cohort_optimizer_t* optimizer, int64_t steps_per_epoch,
+                                                           int64_t total_steps);
+
+/**
+ * @brief The learning rate the next update will use, and the updates taken so far.
+ * @param optimizer The optimizer.
+ * @param lr        Receives the learning rate (may be NULL).
+ * @param steps     Receives the number of optimizer updates taken (may be NULL).
+ * @return ::COHORT_OK or an error. Not collective.
+ */
+COHORT_API cohort_status_t cohort_optimizer_state(const cohort_optimizer_t* optimizer, double* lr, int64_t* steps);
+
+/**
+ * @brief Collective: every rank's parameters, batch-norm statistics and optimizer state
+ * (step count included) become @p root's. Call after creation and after restoring.
+ * @param optimizer The optimizer.
+ * @param root      The rank whose values win (usually 0).
+ * @return ::COHORT_OK or an error (::COHORT_ERR_INVALID_ARGUMENT for a bad root).
+ */
+COHORT_API cohort_status_t cohort_optimizer_broadcast(cohort_optimizer_t* optimizer, int root);
+
+/**
+ * @brief Collective: compares a checksum of every parameter with rank 0's.
+ * @param optimizer The optimizer.
+ * @return ::COHORT_OK when all ranks agree; ::COHORT_ERR_MISMATCH naming the first
+ *         parameter that differs (cohort_last_error()).
+ */
+COHORT_API cohort_status_t cohort_optimizer_check_consistency(cohort_optimizer_t* optimizer);
+
+/** @brief What one training step did (filled by cohort_model_train_step()). */
+typedef struct cohort_train_stats_t {
+  size_t struct_size; /**< Set by the caller to sizeof(cohort_train_stats_t). */
+  double loss;        /**< Mean loss over this rank's valid samples (0 when it had none). */
+  double lr;          /**< Learning rate of the update (of the next one on an accumulation pass). */
+  int64_t images;     /**< Samples in the batch, padding included. */
+  int64_t valid;      /**< Valid samples of this rank in the batch. */
+  int64_t step;       /**< Optimizer updates taken after this call. */
+  int updated;        /**< 1 when the parameters were updated; 0 on an accumulation pass
+                           (backward_passes_per_step > 1) or a step skipped for overflow. */
+  double compute_s;   /**< Seconds in forward and backward (gradient exchange overlaps it). */
+  double comm_wait_s; /**< Seconds waiting for gradient exchanges after backward (not hidden). */
+  double update_s;    /**< Seconds applying the update. */
+  double total_s;     /**< Seconds of the whole call. */
+} cohort_train_stats_t;
+
+/**
+ * @brief One training step: forward and backward over the batch's valid samples, the
+ * gradient exchange (started from the gradient-ready callback, overlapping backward),
+ * and, on the last of `backward_passes_per_step` passes, the update.
+ *
+ * Padded samples (rows past @p batch->valid) are not part of the loss or the gradient.
+ * A rank whose batch has no valid sample still takes part with a zero gradient.
+ * Collective on update passes: every rank calls it the same number of times.
+ * @param model     The optimizer's model.
+ * @param optimizer The optimizer created for @p model.
+ * @param batch     Borrowed for the call: f32 images in the model's layout, int32 labels.
+ * @param stats     Receives what the step did (may be NULL); set its struct_size.
+ * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for shapes or a foreign optimizer;
+ *         communication errors (::COHORT_ERR_MPI, ::COHORT_ERR_PEER_LOST, …).
+ */
+COHORT_API cohort_status_t cohort_model_train_step(cohort_model_t* model, cohort_optimizer_t* optimizer,
+                                                   const cohort_batch_t* batch, cohort_train_stats_t* stats);
+
+/** @brief Evaluation over a whole evaluation set, summed over ranks. */
+typedef struct cohort_eval_result_t {
+  size_t struct_size; /**< Set by the caller to sizeof(cohort_eval_result_t). */
+  int64_t samples;    /**< Valid samples evaluated on all ranks (padding never counts). */
+  double top1;        /**< Fraction in [0, 1] whose label scored highest. */
+  double top5;        /**< Fraction in [0, 1] whose label is among the 5 highest. */
+  double loss;        /**< Mean cross-entropy over those samples. */
+} cohort_eval_result_t;
+
+/**
+ * @brief Collective: evaluates the model on @p max_steps batches of @p pipeline (0: one
+ * epoch, cohort_pipeline_steps_per_epoch()), then sums the counts of all ranks.
+ * Inference mode (no dropout, running batch-norm statistics). Every rank's pipeline
+ * must yield the same number of batches (the pipeline guarantees it per epoch).
+ * @param model     The model.
+ * @param pipeline  The evaluation pipeline (e.g. `data_split=validation`, `augment=none`).
+ * @param max_steps Batches to evaluate; 0 means one epoch.
+ * @param result    Receives the result, identical on every rank; set its struct_size.
+ * @return ::COHORT_OK or an error (bad shapes, label out of range, communication).
+ */
+COHORT_API cohort_status_t cohort_model_evaluate(cohort_model_t* model, cohort_pipeline_t* pipeline, int64_t max_steps,
+                                                 cohort_eval_result_t* result);
+
+/** @brief Where a training run stands, as a checkpoint stores it. */
+typedef struct cohort_checkpoint_info_t {
+  size_t struct_size;     /**< Set by the caller to sizeof(cohort_checkpoint_info_t). */
+  int64_t epoch;          /**< Completed epochs. */
+  int64_t step;           /**< Optimizer updates taken (saving: ignored, the optimizer's count is used). */
+  int64_t pipeline_epoch; /**< Where the input pipeline continues (cohort_pipeline_seek()). */
+  int64_t pipeline_step;  /**< Batch within that epoch. */
+} cohort_checkpoint_info_t;
+
+/**
+ * @brief Saves parameters, batch-norm statistics, optimizer state and @p info into
+ * @p dir (`ckpt-<step>.cohort` plus a `latest` pointer, replaced atomically; the
+ * newest `keep_checkpoints` are kept). Only rank 0 writes; other ranks return at once.
+ * Not collective.
+ * @param optimizer The optimizer (its model is saved too).
+ * @param dir       Directory, created when missing.
+ * @param info      The run's position; set its struct_size.
+ * @return ::COHORT_OK or ::COHORT_ERR_IO naming the file.
+ */
+COHORT_API cohort_status_t cohort_optimizer_save_checkpoint(cohort_optimizer_t* optimizer, const char* dir,
+                                                            const cohort_checkpoint_info_t* info);
+
+/**
+ * @brief Collective: rank 0 loads the latest checkpoint of @p dir, then its values are
+ * broadcast to every rank (as cohort_optimizer_broadcast()).
+ * @param optimizer The optimizer.
+ * @param dir       The checkpoint directory.
+ * @param info      Receives the saved position (the same on every rank); set its struct_size.
+ * @param found     Receives 1 when a checkpoint was loaded, 0 when @p dir has none
+ *                  (nothing changes then).
+ * @return ::COHORT_OK; ::COHORT_ERR_CORRUPT_DATA for a damaged file; ::COHORT_ERR_INVALID_ARGUMENT
+ *         when it belongs to another model or optimizer (every rank fails alike; rank 0's
+ *         message names the file and the problem).
+ */
+COHORT_API cohort_status_t cohort_optimizer_load_checkpoint(cohort_optimizer_t* optimizer, const char* dir,
+                                                            cohort_checkpoint_info_t* info, int* found);
+
+/** @brief Throughput statistics over measured steps, as tf_cnn_benchmarks reports them. */
+typedef struct cohort_rate_summary_t {
+  size_t struct_size;  /**< Set by the caller to sizeof(cohort_rate_summary_t). */
+  int64_t count;       /**< Steps measured (warm-up excluded). */
+  double median;       /**< Median per-step images/sec. */
+  double mean;         /**< Total images / total seconds. */
+  double std_error;    /**< Population standard deviation of the per-step rates / sqrt(count). */
+  double jitter;       /**< 1.4826 × median absolute deviation of the per-step rates. */
+  double data_wait;    /**< Fraction of measured time waiting for the input pipeline. */
+  double comm_exposed; /**< Fraction waiting for communication that backward did not hide. */
+  double compute;      /**< The rest of the measured time. */
+} cohort_rate_summary_t;
+
+/** @brief Accumulates per-step timings; the first warm-up steps are not measured. */
+typedef struct cohort_metrics_t cohort_metrics_t;
+
+/**
+ * @brief Creates a step-metrics accumulator.
+ * @param warmup_steps Steps excluded from the statistics (at least one step is measured).
+ * @param out          Receives the accumulator, owned by the caller (cohort_metrics_destroy()).
+ * @return ::COHORT_OK or ::COHORT_ERR_INVALID_ARGUMENT. Not collective; one thread at a time.
+ */
+COHORT_API cohort_status_t cohort_metrics_create(int64_t warmup_steps, cohort_metrics_t** out);
+
+/**
+ * @brief Destroys an accumulator.
+ * @param metrics The accumulator; NULL is a no-op.
+ */
+COHORT_API void cohort_metrics_destroy(cohort_metrics_t* metrics);
+
+/**
+ * @brief Records one step.
+ * @param metrics        The accumulator.
+ * @param seconds        Wall time of the step.
+ * @param data_wait_s    Part of it spent waiting for the input pipeline.
+ * @param comm_exposed_s Part of it spent waiting for communication after backward.
+ * @param images         Images of the step on all ranks.
+ * @return ::COHORT_OK or ::COHORT_ERR_INVALID_ARGUMENT for negative values.
+ */
+COHORT_API cohort_status_t cohort_metrics_record(cohort_metrics_t* metrics, double seconds, double data_wait_s,
+                                                 double comm_exposed_s, double images);
+
+/**
+ * @brief The statistics of the steps measured so far.
+ * @param metrics The accumulator.
+ * @param out     Receives them; set its struct_size.
+ * @return ::COHORT_OK or an error.
+ */
+COHORT_API cohort_status_t cohort_metrics_summary(const cohort_metrics_t* metrics, cohort_rate_summary_t* out);
+
+/** @brief The run summary of DESIGN's schema `cohort.run/1` (one JSON line). */
+typedef struct cohort_run_summary_t {
+  size_t struct_size;                   /**< Set by the caller to sizeof(cohort_run_summary_t). */
+  const char* model;                    /**< Model name (borrowed for the call). */
+  int64_t ranks;                        /**< Ranks of the run. */
+  int64_t local_ranks;                  /**< Ranks on this host. */
+  const char* device;                   /**< "cpu" or "cuda". */
+  const char* precision;                /**< "f32", "f16" or "bf16". */
+  const char* data;                     /**< "synthetic" or the data path. */
+  int64_t batch_per_rank;               /**< Samples per batch on each rank. */
+  int64_t global_batch;                 /**< Samples per step on all ranks. */
+  int64_t steps;                        /**< Steps run. */
+  int64_t warmup_steps;                 /**< Steps excluded from images/sec. */
+  cohort_rate_summary_t images_per_sec; /**< Global rates and time fractions. */
+  double epochs;                        /**< Epochs run. */
+  double loss;                          /**< Final training loss (non-finite is written as null). */
+  int has_top1;                         /**< 1 when top1/top5 are known (an evaluation ran). */
+  double top1;                          /**< Top-1 accuracy in [0, 1]. */
+  double top5;                          /**< Top-5 accuracy in [0, 1]. */
+  double wall_s;                        /**< Seconds of the whole run. */
+  const char* extra_json;               /**< NULL, or further `"key": value` pairs appended as written. */
+} cohort_run_summary_t;
+
+/**
+ * @brief Writes the run summary as one JSON line (no newline) into @p buffer.
+ * @param summary The summary.
+ * @param buffer  Output buffer (may be NULL when @p size is 0).
+ * @param size    Bytes available in @p buffer.
+ * @param needed  Receives the bytes needed, terminating NUL included (may be NULL).
+ * @return ::COHORT_OK, or ::COHORT_ERR_INVALID_ARGUMENT when @p buffer is too small
+ *         (then @p needed says how much).
+ */
+COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* summary, char* buffer, size_t size,
+                                                   size_t* needed);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COHORT_TRAIN_H */

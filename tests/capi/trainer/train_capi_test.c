@@ -1,0 +1,296 @@
+#define _POSIX_C_SOURCE 200809L
+/* The training part of the C API on one rank: optimizer, training step, evaluation,
+ * checkpoints, metrics and the run summary, every error path included. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cohort/cohort.h>
+
+static cohort_runtime_t* g_rt = NULL;
+
+static void assert_error(cohort_status_t s, cohort_status_t expected, const char* fn, const char* fragment) {
+  assert_int_equal(s, expected);
+  const char* msg = cohort_last_error();
+  if (strncmp(msg, fn, strlen(fn)) != 0 || !strstr(msg, fragment)) fail_msg("unexpected error text: %s", msg);
+}
+
+static cohort_config_t* config(void) {
+  cohort_config_t* cfg = NULL;
+  assert_int_equal(cohort_config_create(&cfg), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "optimizer", "sgd"), COHORT_OK);
+  assert_int_equal(cohort_config_set_float(cfg, "lr", 0.5), COHORT_OK);
+  assert_int_equal(cohort_config_set_float(cfg, "weight_decay", 0), COHORT_OK);
+  assert_int_equal(cohort_config_set_int(cfg, "compute_threads", 1), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "model", "tiny"), COHORT_OK);
+  return cfg;
+}
+
+static cohort_model_t* model(const cohort_config_t* cfg) {
+  const int64_t in[1] = {4};
+  cohort_model_t* m = NULL;
+  assert_int_equal(cohort_model_create_custom(g_rt, cfg, in, 1, &m), COHORT_OK);
+  assert_int_equal(cohort_model_add_layer(m, "dense", "fc", NULL, 0, "out=3", NULL), COHORT_OK);
+  assert_int_equal(cohort_model_add_layer(m, "softmax_xent", "loss", NULL, 0, "", NULL), COHORT_OK);
+  return m;
+}
+
+typedef struct {
+  float x[8 * 4];
+  int32_t y[8];
+  int64_t xs[2], ys[1];
+  cohort_batch_t b;
+} batch_t;
+
+static void make_batch(batch_t* bt, int64_t rows, int64_t valid) {
+  for (int i = 0; i < rows * 4; ++i) bt->x[i] = (float)sin(i * 0.7);
+  for (int i = 0; i < rows; ++i) bt->y[i] = i % 3;
+  bt->xs[0] = rows;
+  bt->xs[1] = 4;
+  bt->ys[0] = rows;
+  memset(&bt->b, 0, sizeof bt->b);
+  bt->b.struct_size = sizeof bt->b;
+  bt->b.images =
+      (DLTensor){.data = bt->x, .device = {kDLCPU, 0}, .ndim = 2, .dtype = {kDLFloat, 32, 1}, .shape = bt->xs};
+  bt->b.labels = (DLTensor){.data = bt->y, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLInt, 32, 1}, .shape = bt->ys};
+  bt->b.valid = valid;
+}
+
+static void optimizer_errors(void** state) {
+  (void)state;
+  cohort_config_t* cfg = config();
+  cohort_model_t* m = model(cfg);
+  cohort_optimizer_t* opt = (cohort_optimizer_t*)1;
+  assert_error(cohort_optimizer_create(NULL, cfg, &opt), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_create",
+               "model");
+  assert_null(opt);
+  assert_error(cohort_optimizer_create(m, cfg, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_create", "out");
+  assert_int_equal(cohort_config_set(cfg, "precision", "fp16"), COHORT_OK);
+  assert_error(cohort_optimizer_create(m, cfg, &opt), COHORT_ERR_UNSUPPORTED, "cohort_optimizer_create",
+               "--precision=f32");
+  assert_int_equal(cohort_config_set(cfg, "precision", "f32"), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "lr_schedule", "cosine"), COHORT_OK);
+  assert_int_equal(cohort_optimizer_create(m, cfg, &opt), COHORT_OK);
+  assert_error(cohort_optimizer_set_run_length(opt, 10, 0), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_optimizer_set_run_length", "total");
+  assert_error(cohort_optimizer_set_run_length(opt, -1, 5), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_optimizer_set_run_length", "-1");
+  assert_int_equal(cohort_optimizer_set_run_length(opt, 10, 100), COHORT_OK);
+  double lr = 0;
+  int64_t steps = -1;
+  assert_int_equal(cohort_optimizer_state(opt, &lr, &steps), COHORT_OK);
+  assert_true(fabs(lr - 0.5) < 1e-12 && steps == 0);
+  assert_error(cohort_optimizer_broadcast(opt, 1), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_broadcast", "root");
+  assert_error(cohort_optimizer_broadcast(NULL, 0), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_broadcast",
+               "optimizer");
+  assert_int_equal(cohort_optimizer_check_consistency(opt), COHORT_OK);
+  cohort_optimizer_destroy(opt);
+  cohort_optimizer_destroy(NULL);
+  cohort_model_destroy(m);
+  cohort_config_destroy(cfg);
+}
+
+static void train_step_learns_and_checks(void** state) {
+  (void)state;
+  cohort_config_t* cfg = config();
+  cohort_model_t* m = model(cfg);
+  cohort_model_t* other = model(cfg);
+  cohort_optimizer_t* opt = NULL;
+  assert_int_equal(cohort_optimizer_create(m, cfg, &opt), COHORT_OK);
+  batch_t* bt = malloc(sizeof *bt);
+  make_batch(bt, 6, 6);
+  cohort_train_stats_t st = {.struct_size = sizeof st};
+  double first = 0;
+  for (int i = 0; i < 20; ++i) {
+    assert_int_equal(cohort_model_train_step(m, opt, &bt->b, &st), COHORT_OK);
+    if (i == 0) first = st.loss;
+    assert_true(st.updated == 1 && st.step == i + 1 && st.valid == 6 && st.images == 6);
+    assert_true(st.total_s >= st.compute_s && st.compute_s >= 0 && st.comm_wait_s >= 0);
+  }
+  assert_true(st.loss < first);
+  /* Padding rows do not count: a batch with 2 valid rows of 6 gives the loss of those 2. */
+  make_batch(bt, 6, 2);
+  assert_int_equal(cohort_model_train_step(m, opt, &bt->b, &st), COHORT_OK);
+  assert_int_equal(st.valid, 2);
+  make_batch(bt, 6, 0);
+  assert_int_equal(cohort_model_train_step(m, opt, &bt->b, &st), COHORT_OK);
+  assert_true(st.loss == 0 && st.updated == 1);
+  make_batch(bt, 6, 7);
+  assert_error(cohort_model_train_step(m, opt, &bt->b, &st), COHORT_ERR_INVALID_ARGUMENT, "cohort_model_train_step",
+               "valid");
+  make_batch(bt, 6, 6);
+  assert_error(cohort_model_train_step(other, opt, &bt->b, &st), COHORT_ERR_INVALID_ARGUMENT, "cohort_model_train_step",
+               "another model");
+  assert_error(cohort_model_train_step(m, opt, NULL, &st), COHORT_ERR_INVALID_ARGUMENT, "cohort_model_train_step",
+               "batch");
+  cohort_train_stats_t bad = {.struct_size = 1};
+  assert_error(cohort_model_train_step(m, opt, &bt->b, &bad), COHORT_ERR_INVALID_ARGUMENT, "cohort_model_train_step",
+               "struct_size");
+  bt->xs[1] = 5;
+  assert_error(cohort_model_train_step(m, opt, &bt->b, &st), COHORT_ERR_INVALID_ARGUMENT, "cohort_model_train_step",
+               "shape");
+  free(bt);
+  cohort_optimizer_destroy(opt);
+  cohort_model_destroy(other);
+  cohort_model_destroy(m);
+  cohort_config_destroy(cfg);
+}
+
+static void checkpoint_round_trip_and_errors(void** state) {
+  (void)state;
+  char dir[] = "/tmp/cohort_train_capi_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  cohort_config_t* cfg = config();
+  assert_int_equal(cohort_config_set(cfg, "optimizer", "momentum"), COHORT_OK);
+  cohort_model_t* a = model(cfg);
+  cohort_model_t* b = model(cfg);
+  cohort_optimizer_t *oa = NULL, *ob = NULL;
+  assert_int_equal(cohort_optimizer_create(a, cfg, &oa), COHORT_OK);
+  assert_int_equal(cohort_optimizer_create(b, cfg, &ob), COHORT_OK);
+  cohort_checkpoint_info_t info = {.struct_size = sizeof info};
+  int found = 7;
+  assert_int_equal(cohort_optimizer_load_checkpoint(ob, dir, &info, &found), COHORT_OK);
+  assert_int_equal(found, 0);
+  batch_t* bt = malloc(sizeof *bt);
+  make_batch(bt, 6, 6);
+  cohort_train_stats_t st = {.struct_size = sizeof st};
+  for (int i = 0; i < 3; ++i) assert_int_equal(cohort_model_train_step(a, oa, &bt->b, &st), COHORT_OK);
+  info.epoch = 1;
+  info.pipeline_epoch = 2;
+  info.pipeline_step = 5;
+  assert_int_equal(cohort_optimizer_save_checkpoint(oa, dir, &info), COHORT_OK);
+  cohort_checkpoint_info_t got = {.struct_size = sizeof got};
+  assert_int_equal(cohort_optimizer_load_checkpoint(ob, dir, &got, &found), COHORT_OK);
+  assert_true(found == 1 && got.step == 3 && got.epoch == 1 && got.pipeline_epoch == 2 && got.pipeline_step == 5);
+  cohort_train_stats_t sa = {.struct_size = sizeof sa}, sb = {.struct_size = sizeof sb};
+  assert_int_equal(cohort_model_train_step(a, oa, &bt->b, &sa), COHORT_OK);
+  assert_int_equal(cohort_model_train_step(b, ob, &bt->b, &sb), COHORT_OK);
+  assert_true(sa.loss == sb.loss && sa.step == 4 && sb.step == 4);
+  /* Errors: NULL arguments, a corrupt file, another optimizer kind. */
+  assert_error(cohort_optimizer_save_checkpoint(oa, NULL, &info), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_optimizer_save_checkpoint", "dir");
+  assert_error(cohort_optimizer_load_checkpoint(ob, dir, &got, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_optimizer_load_checkpoint", "found");
+  cohort_config_t* adam = config();
+  assert_int_equal(cohort_config_set(adam, "optimizer", "adam"), COHORT_OK);
+  cohort_model_t* c = model(adam);
+  cohort_optimizer_t* oc = NULL;
+  assert_int_equal(cohort_optimizer_create(c, adam, &oc), COHORT_OK);
+  assert_error(cohort_optimizer_load_checkpoint(oc, dir, &got, &found), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_optimizer_load_checkpoint", "momentum");
+  char path[512], name[256] = {0};
+  snprintf(path, sizeof path, "%s/latest", dir);
+  FILE* f = fopen(path, "r");
+  assert_non_null(f);
+  assert_non_null(fgets(name, sizeof name, f));
+  fclose(f);
+  name[strcspn(name, "\n")] = '\0';
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  f = fopen(path, "r+b");
+  assert_non_null(f);
+  fseek(f, 60, SEEK_SET);
+  fputc(0x5a, f);
+  fputc(0xa5, f);
+  fclose(f);
+  assert_error(cohort_optimizer_load_checkpoint(ob, dir, &got, &found), COHORT_ERR_CORRUPT_DATA,
+               "cohort_optimizer_load_checkpoint", name);
+  cohort_optimizer_destroy(oc);
+  cohort_model_destroy(c);
+  cohort_config_destroy(adam);
+  free(bt);
+  cohort_optimizer_destroy(oa);
+  cohort_optimizer_destroy(ob);
+  cohort_model_destroy(a);
+  cohort_model_destroy(b);
+  cohort_config_destroy(cfg);
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+static void metrics_and_summary(void** state) {
+  (void)state;
+  cohort_metrics_t* m = NULL;
+  assert_error(cohort_metrics_create(-1, &m), COHORT_ERR_INVALID_ARGUMENT, "cohort_metrics_create", "warmup_steps");
+  assert_int_equal(cohort_metrics_create(1, &m), COHORT_OK);
+  assert_int_equal(cohort_metrics_record(m, 10.0, 0, 0, 100), COHORT_OK); /* warm-up: not measured */
+  assert_int_equal(cohort_metrics_record(m, 1.0, 0.25, 0.25, 100), COHORT_OK);
+  assert_int_equal(cohort_metrics_record(m, 1.0, 0.25, 0.25, 100), COHORT_OK);
+  assert_error(cohort_metrics_record(m, -1.0, 0, 0, 1), COHORT_ERR_INVALID_ARGUMENT, "cohort_metrics_record",
+               "seconds");
+  cohort_rate_summary_t r = {.struct_size = sizeof r};
+  assert_int_equal(cohort_metrics_summary(m, &r), COHORT_OK);
+  assert_true(r.count == 2 && fabs(r.mean - 100) < 1e-9 && r.std_error == 0 && r.jitter == 0);
+  assert_true(fabs(r.data_wait - 0.25) < 1e-9 && fabs(r.comm_exposed - 0.25) < 1e-9 && fabs(r.compute - 0.5) < 1e-9);
+  cohort_rate_summary_t small = {.struct_size = 0};
+  assert_error(cohort_metrics_summary(m, &small), COHORT_ERR_INVALID_ARGUMENT, "cohort_metrics_summary", "struct_size");
+  cohort_metrics_destroy(m);
+  cohort_metrics_destroy(NULL);
+
+  cohort_run_summary_t s = {.struct_size = sizeof s};
+  s.model = "resnet50";
+  s.ranks = 4;
+  s.local_ranks = 4;
+  s.batch_per_rank = 64;
+  s.global_batch = 256;
+  s.steps = 100;
+  s.warmup_steps = 10;
+  s.images_per_sec = r;
+  s.loss = NAN;
+  s.extra_json = "\"note\": 1";
+  char buf[2048];
+  size_t needed = 0;
+  assert_int_equal(cohort_run_summary_json(&s, buf, sizeof buf, &needed), COHORT_OK);
+  assert_int_equal(needed, strlen(buf) + 1);
+  const char* want =
+      "{\"schema\": \"cohort.run/1\", \"model\": \"resnet50\", \"ranks\": 4, \"local_ranks\": 4, \"device\": "
+      "\"cpu\", \"precision\": \"f32\", \"data\": \"synthetic\", \"batch_per_rank\": 64, \"global_batch\": 256, "
+      "\"steps\": 100, \"warmup_steps\": 10, \"images_per_sec\": {";
+  if (strncmp(buf, want, strlen(want)) != 0) fail_msg("summary: %s", buf);
+  assert_non_null(strstr(buf, "\"loss\": null, \"top1\": null, \"top5\": null, \"wall_s\": 0, \"note\": 1}"));
+  assert_error(cohort_run_summary_json(&s, buf, 10, &needed), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_summary_json",
+               "too small");
+  s.struct_size = 8;
+  assert_error(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_run_summary_json", "struct_size");
+}
+
+static void io_shape(void** state) {
+  (void)state;
+  cohort_config_t* cfg = config();
+  cohort_model_t* m = NULL;
+  assert_int_equal(cohort_model_create(g_rt, "mnist_cnn", cfg, &m), COHORT_OK);
+  int64_t c = 0, h = 0, w = 0, k = 0;
+  assert_int_equal(cohort_model_io_shape(m, &c, &h, &w, &k), COHORT_OK);
+  assert_true(c == 1 && h == 28 && w == 28 && k == 10);
+  assert_error(cohort_model_io_shape(NULL, &c, NULL, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_model_io_shape",
+               "model");
+  cohort_model_destroy(m);
+  cohort_config_destroy(cfg);
+}
+
+int main(void) {
+  if (cohort_runtime_create(NULL, &g_rt) != COHORT_OK) {
+    fprintf(stderr, "runtime: %s\n", cohort_last_error());
+    return 1;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(optimizer_errors),
+      cmocka_unit_test(train_step_learns_and_checks),
+      cmocka_unit_test(checkpoint_round_trip_and_errors),
+      cmocka_unit_test(metrics_and_summary),
+      cmocka_unit_test(io_shape),
+  };
+  const int rc = cmocka_run_group_tests_name("capi_train", tests, NULL, NULL);
+  cohort_runtime_destroy(g_rt);
+  cohort_finalize();
+  return rc;
+}

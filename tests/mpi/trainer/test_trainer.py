@@ -1,0 +1,150 @@
+"""cohort-train run for real: flags and error messages, the labs' header, the JSON run
+summary, plain progress output, checkpoint resume, and a cohortrun sweep over it.
+
+Usage: test_trainer.py GROUP (Flags, Run, Resume, Sweep, Fashion); the binaries come
+from the environment (COHORT_TRAIN, COHORTRUN). Tiny models and few steps keep each
+group to a few seconds."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+TRAIN = os.environ["COHORT_TRAIN"]
+COHORTRUN = os.environ.get("COHORTRUN", "")
+TINY = ["--model=trivial", "--image_size=16", "--batch_size=8", "--num_warmup_batches=2",
+        "--compute_threads=1", "--decode_threads=1", "--progress=plain"]
+SUMMARY_FIELDS = {
+    "schema": str, "model": str, "ranks": int, "local_ranks": int, "device": str, "precision": str,
+    "data": str, "batch_per_rank": int, "global_batch": int, "steps": int, "warmup_steps": int,
+    "images_per_sec": dict, "time_fraction": dict, "epochs": (int, float), "loss": (int, float),
+    "top1": (type(None), int, float), "top5": (type(None), int, float), "wall_s": (int, float),
+}
+failures = []
+
+
+def run(args, cmd=None, timeout=120):
+    # Bytes, decoded here: text mode would turn the \r of a progress line into \n.
+    p = subprocess.run((cmd or [TRAIN]) + args, capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def check(cond, what, out=""):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+        if out:
+            print(out[-3000:])
+
+
+def summary_of(stdout):
+    last = stdout.rstrip("\n").split("\n")[-1]
+    s = json.loads(last)
+    for k, t in SUMMARY_FIELDS.items():
+        check(k in s and isinstance(s[k], t), f"summary field {k} missing or of the wrong type", last)
+    check(list(s)[: len(SUMMARY_FIELDS)] == list(SUMMARY_FIELDS), "summary fields in DESIGN order", last)
+    check(set(s["images_per_sec"]) >= {"median", "mean", "stderr", "jitter"}, "images_per_sec fields", last)
+    check(set(s["time_fraction"]) >= {"data_wait", "comm_exposed", "compute"}, "time_fraction fields", last)
+    return s
+
+
+def group_flags():
+    rc, out, err = run(["--help"])
+    check(rc == 0 and "--batch_size" in out and "--lr_schedule" in out, "--help lists registry keys", out)
+    rc, out, err = run(["--model=nosuchnet"])
+    check(rc != 0 and "Invalid model type: nosuchnet" in err and "mnist_cnn" in err
+          and "resnet50" in err, "unknown model lists the valid ones", err)
+    for p in ("f16", "fp16", "bf16"):
+        rc, out, err = run(TINY + [f"--precision={p}", "--num_iter=1"])
+        check(rc != 0 and "precision=" in err and "--precision=f32" in err,
+              f"precision {p} on the CPU says what would work", err)
+    rc, out, err = run(["--batch_size=abc"])
+    check(rc == 2 and "batch_size" in err and "abc" in err, "bad value names the key and value", err)
+    rc, out, err = run(["--no_such_flag=1"])
+    check(rc == 2 and "no_such_flag" in err, "unknown flag is named", err)
+    rc, out, err = run(["--optimizer=rmsprop"])
+    check(rc == 2 and "rmsprop" in err and "momentum" in err, "bad optimizer lists the choices", err)
+    rc, out, err = run(["--model=mnist_cnn", "--summary"])
+    check(rc == 0 and "1199882" in out and "conv" in out and "[10]" in out, "--summary prints the table", out)
+    rc, out, err = run(TINY + ["--resume", "--num_iter=1"])
+    check(rc == 2 and "--checkpoint_dir" in err, "--resume without a directory", err)
+    rc, out, err = run(TINY + ["--data_dir=/nonexistent/data", "--num_iter=1"])
+    check(rc != 0 and "/nonexistent/data" in err, "missing data_dir is named", err)
+
+
+def group_run():
+    rc, out, err = run(TINY + ["--num_iter=6", "--display_every=2", "--json"])
+    check(rc == 0, "tiny run succeeds", out + err)
+    header = ["Cmd line args:", "  --model=trivial", "  --image_size=16", "  --batch_size=8"]
+    lines = out.split("\n")
+    check(lines[:4] == header, "header starts with the command-line flags", out)
+    for prefix in ("Num ranks:   1", "Num images:  ", "Model:       trivial", "Batch size:  8 per device",
+                   "             8 total", "Data format: NCHW", "Data type:   fp32"):
+        check(any(l.startswith(prefix) for l in lines), f"header line '{prefix}'", out)
+    steps = [l for l in lines if l[:1].isdigit() and "images/sec" in l]
+    check([l.split("\t")[0] for l in steps] == ["2", "4", "6"], "a line every display_every steps", out)
+    check(any(l.startswith("images/sec: ") and "+/-" in l and "(jitter = " in l for l in lines), "final rate", out)
+    check(any(l.startswith("total images/sec: ") for l in lines), "total images/sec", out)
+    check("\r" not in out and "\033" not in out, "progress=plain has no \\r or ANSI codes", repr(out[-500:]))
+    s = summary_of(out)
+    check(s["schema"] == "cohort.run/1" and s["model"] == "trivial" and s["steps"] == 6 and s["warmup_steps"] == 2
+          and s["batch_per_rank"] == 8 and s["global_batch"] == 8 and s["data"] == "synthetic"
+          and s["top1"] is None, "summary values", out)
+    rc, out, err = run(TINY + ["--num_iter=3", "--progress=tty"])
+    check(rc == 0 and "\r" in out, "progress=tty draws a live line", repr(out[-300:]))
+    rc, out, err = run(TINY + ["--num_iter=2", "--eval", "--synthetic_samples=24", "--json"])
+    s = summary_of(out)
+    check(rc == 0 and isinstance(s["top1"], (int, float)) and "Accuracy @ 1" in out, "--eval fills top1/top5", out + err)
+
+
+def group_resume():
+    with tempfile.TemporaryDirectory() as d:
+        base = TINY + ["--synthetic_samples=32", "--json", "--lr=0.01"]
+        rc, out, err = run(base + ["--num_iter=8"])
+        full = summary_of(out)
+        rc, out, err = run(base + ["--num_iter=4", f"--checkpoint_dir={d}/ck"])
+        check(rc == 0 and os.path.exists(f"{d}/ck/latest"), "checkpoint written", out + err)
+        rc, out, err = run(base + ["--num_iter=8", f"--checkpoint_dir={d}/ck", "--resume"])
+        check(rc == 0 and "Resumed from step 4" in out, "resume announces the step", out + err)
+        resumed = summary_of(out)
+        check(resumed["loss"] == full["loss"], f"resumed loss {resumed['loss']} == uninterrupted {full['loss']}",
+              out)
+        rc, out, err = run(["--model=mnist_cnn", "--batch_size=2", "--num_iter=1", f"--checkpoint_dir={d}/ck",
+                            "--resume", "--progress=plain"])
+        check(rc != 0 and "trivial" in err and "mnist_cnn" in err, "another model's checkpoint is refused", err)
+        with open(f"{d}/ck/latest") as f:
+            name = f.read().strip()
+        with open(os.path.join(f"{d}/ck", name), "r+b") as f:
+            f.seek(100)
+            f.write(b"\xff\xfe")
+        rc, out, err = run(base + ["--num_iter=9", f"--checkpoint_dir={d}/ck", "--resume"])
+        check(rc != 0 and name in err, "a corrupt checkpoint is a clear error naming the file", err)
+
+
+def group_sweep():
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run(["sweep", "-np", "1,2", "--output-dir", d, "--", TRAIN] + TINY +
+                           ["--num_iter=5", "--json"], cmd=[COHORTRUN], timeout=300)
+        check(rc == 0, "cohortrun sweep over cohort-train succeeds", out + err)
+        check("efficiency" in out.lower(), "sweep prints the scaling table", out)
+        rows = [l.split() for l in out.split("\n") if l.split()[:1] in (["1"], ["2"])]
+        check([r[0] for r in rows] == ["1", "2"], "a row per rank count", out)
+
+
+def group_fashion():
+    data = "/usr/share/datasets/fashion-mnist"
+    if not os.path.isdir(data):
+        print("SKIP: no Fashion-MNIST")
+        sys.exit(77)
+    rc, out, err = run(["--model=mnist_cnn", f"--data_dir={data}", "--batch_size=16", "--num_iter=3",
+                        "--augment=none", "--num_warmup_batches=1", "--progress=plain", "--json"])
+    check(rc == 0, "mnist_cnn trains on Fashion-MNIST", out + err)
+    s = summary_of(out)
+    check("Num images:  60000" in out and s["data"] == data, "the IDX training split is read", out)
+
+
+groups = {"Flags": group_flags, "Run": group_run, "Resume": group_resume, "Sweep": group_sweep,
+          "Fashion": group_fashion}
+groups[sys.argv[1]]()
+print("FAILED:" if failures else "OK", *failures, sep="\n  ")
+sys.exit(1 if failures else 0)
