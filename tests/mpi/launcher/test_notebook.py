@@ -26,6 +26,18 @@ CELLS = [
     "%matplotlib inline\ncohort.plot_scaling_efficiency(rows);",
     "cohort.plot_real_vs_synthetic({'alexnet': (26791, 3250), 'trivial': (53000, 3200)});",
 ]
+# The real trainer, when it is built: `!cohortrun` streams its output and cohort.run
+# returns its run summary.
+TRAIN = os.environ.get("COHORT_TRAIN", "")
+TINY = "['--model=trivial', '--image_size=16', '--batch_size=8', '--num_iter=15', '--num_warmup_batches=2', " \
+       "'--compute_threads=1', '--decode_threads=1', '--json']"
+if TRAIN:
+    CELLS += [
+        "TRAIN = os.environ['COHORT_TRAIN']\n!cohortrun -np 2 {TRAIN} --model=trivial --image_size=16 --batch_size=8 "
+        "--num_iter=15 --num_warmup_batches=2 --compute_threads=1 --decode_threads=1 --json",
+        "real = cohort.run(np=2, program=TRAIN, args=" + TINY + ", echo=False)\n"
+        "print('trainer summary:', real['schema'], real['model'], real['ranks'], real['images_per_sec']['median'] > 0)",
+    ]
 
 
 def text_of(cell):
@@ -54,6 +66,12 @@ def main():
     for index in (4, 5):
         images = [o for o in nb.cells[index].outputs if o.output_type == "display_data" and "image/png" in o.data]
         assert len(images) == 1, nb.cells[index].outputs
+    if TRAIN:
+        shell = text_of(nb.cells[6])
+        assert "Num ranks:   2" in shell and "total images/sec" in shell, shell
+        assert '{"schema": "cohort.run/1", "model": "trivial", "ranks": 2' in shell, shell
+        assert "\r" not in shell.replace("\r\n", "\n") and "\x1b" not in shell, repr(shell)
+        assert "trainer summary: cohort.run/1 trivial 2 True" in text_of(nb.cells[7]), text_of(nb.cells[7])
     print("notebook: all cells ran; outputs and figures as expected")
 
 
