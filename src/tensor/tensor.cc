@@ -1,5 +1,6 @@
 #include "tensor/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -28,11 +29,15 @@ std::string shape_string(const Shape& shape) {
 }
 
 int64_t shape_numel(const Shape& shape) {
-  int64_t n = 1;
+  // The strides multiply every dimension (a zero one counted as 1), so that product
+  // must fit too, even when a zero dimension makes the element count 0.
+  int64_t n = 1, span = 1;
   for (int64_t d : shape) {
     require(d >= 0, "invalid shape ", shape_string(shape), ": dimensions must be >= 0");
-    if (d != 0 && n > std::numeric_limits<int64_t>::max() / d)
+    int64_t s = std::max<int64_t>(d, 1);
+    if (span > std::numeric_limits<int64_t>::max() / s)
       fail(Code::kInvalidArgument, "invalid shape ", shape_string(shape), ": element count overflows");
+    span *= s;
     n *= d;
   }
   return n;

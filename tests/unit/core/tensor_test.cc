@@ -34,6 +34,8 @@ TEST(Tensor, EmptyIsZeroedAlignedAndContiguous) {
 TEST(Tensor, BadShapesAreRejected) {
   EXPECT_THROW(Tensor::empty({2, -1}, DType::kF32), Error);
   EXPECT_THROW(shape_numel({INT64_MAX, 4}), Error);
+  // A zero dimension makes 0 elements, but strides still multiply the others.
+  EXPECT_THROW(Tensor::empty({0, INT64_MAX / 2, 16}, DType::kF32), Error);
   EXPECT_THROW(Tensor::wrap(nullptr, {3}, DType::kF32), Error);
   EXPECT_NO_THROW(Tensor::wrap(nullptr, {0, 3}, DType::kF32));
   float x[6];
