@@ -608,20 +608,27 @@ void Engine::execute(std::vector<Response>& ready) {
     auto local = pending_by_name_.find(r.name);
     bool host = local == pending_by_name_.end() || pending_.at(local->second).entry.input.device().is_host();
     size_t bytes = static_cast<size_t>(shape_numel(r.agreed.shape)) * dtype_size(r.agreed.dtype);
+    // Whether `o` can be reduced in the same call as `r` (same host allreduce settings);
+    // its size in bytes goes to *o_bytes.
+    auto combinable = [this](const Response& r, const Response& o, size_t* o_bytes) {
+      const Meta& a = r.agreed;
+      const Meta& b = o.agreed;
+      if (!o.error.empty() || b.type != OpType::kAllreduce || b.dtype != a.dtype || b.op != a.op ||
+          b.prescale != a.prescale || b.postscale != a.postscale)
+        return false;
+      auto lo = pending_by_name_.find(o.name);
+      if (lo != pending_by_name_.end() && !pending_.at(lo->second).entry.input.device().is_host()) return false;
+      *o_bytes = static_cast<size_t>(shape_numel(b.shape)) * dtype_size(b.dtype);
+      return true;
+    };
     if (r.agreed.type == OpType::kAllreduce && host && (bytes >= kDirectBytes || bytes > options_.fusion_bytes)) {
       // Every large allreduce of this cycle with the same dtype/op/scales goes through
       // one pipelined call.
       std::vector<Response*> direct{&r};
       for (size_t j = i + 1; j < ready.size(); ++j) {
         Response& o = ready[j];
-        const Meta& a = r.agreed;
-        const Meta& b = o.agreed;
-        if (done[j] || !o.error.empty() || b.type != OpType::kAllreduce || b.dtype != a.dtype || b.op != a.op ||
-            b.prescale != a.prescale || b.postscale != a.postscale)
-          continue;
-        auto lo = pending_by_name_.find(o.name);
-        if (lo != pending_by_name_.end() && !pending_.at(lo->second).entry.input.device().is_host()) continue;
-        size_t ob = static_cast<size_t>(shape_numel(b.shape)) * dtype_size(b.dtype);
+        size_t ob = 0;
+        if (done[j] || !combinable(r, o, &ob)) continue;
         if (ob < kDirectBytes && ob <= options_.fusion_bytes) continue;
         direct.push_back(&o);
         done[j] = true;
@@ -637,14 +644,8 @@ void Engine::execute(std::vector<Response>& ready) {
     size_t total = bytes;
     for (size_t j = i + 1; j < ready.size(); ++j) {
       Response& o = ready[j];
-      const Meta& a = r.agreed;
-      const Meta& b = o.agreed;
-      if (done[j] || !o.error.empty() || b.type != OpType::kAllreduce || b.dtype != a.dtype || b.op != a.op ||
-          b.prescale != a.prescale || b.postscale != a.postscale)
-        continue;
-      auto lo = pending_by_name_.find(o.name);
-      if (lo != pending_by_name_.end() && !pending_.at(lo->second).entry.input.device().is_host()) continue;
-      size_t ob = static_cast<size_t>(shape_numel(b.shape)) * dtype_size(b.dtype);
+      size_t ob = 0;
+      if (done[j] || !combinable(r, o, &ob)) continue;
       if (ob >= kDirectBytes || total + ob > options_.fusion_bytes) continue;
       total += ob;
       batch.push_back(&o);
