@@ -85,6 +85,8 @@ class CpuPlan final : public Plan {
       : eng_(dnnl::engine::kind::cpu, 0), stream_(eng_), spec_(spec), bind_(bind), opt_(opt), threads_(threads) {
     const int loop_threads = threads_ > 0 ? threads_ : omp_get_max_threads();
     if (loop_threads > 1) pool_ = std::make_unique<ThreadPool>(loop_threads - 1);
+    // Before build: oneDNN fixes each primitive's thread count when it is created.
+    set_threads();
     build();
   }
 
