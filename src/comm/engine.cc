@@ -273,6 +273,14 @@ void Engine::run() {
 
 void Engine::wait_for_work() {
   std::unique_lock lock(mu_);
+  // A caller that just got its result often submits again within microseconds: poll
+  // briefly (yielding the core) before sleeping.
+  auto until = Clock::now() + std::chrono::microseconds(Request::kSpinUs);
+  while (queue_.empty() && !shutdown_requested_ && Clock::now() < until) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
   if (!queue_.empty() || shutdown_requested_) return;
   // Held reductions and compute done here: meet the other ranks' next cycles at once.
   if (!held_.empty() && computing_ == 0) return;

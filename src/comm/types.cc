@@ -1,5 +1,7 @@
 #include "comm/types.h"
 
+#include <thread>
+
 namespace cohort::comm {
 
 const char* op_type_name(OpType t) {
@@ -44,6 +46,10 @@ bool Request::test() const {
 }
 
 Status Request::wait() const {
+  // Small collectives finish within microseconds: poll briefly (yielding the core) before
+  // paying for a sleep and a wake-up.
+  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
+  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) std::this_thread::yield();
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return pending_ == 0; });
   return status_;
@@ -86,6 +92,7 @@ void Request::complete_part(const Status& s) {
     if (pending_ == 0) return;
     if (status_.is_ok() && !s.is_ok()) status_ = s;
     if (--pending_ > 0) return;
+    done_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -27,7 +28,8 @@ const char* reduce_op_name(ReduceOp op);
 // the engine thread; tested and waited on by any thread.
 class Request {
  public:
-  explicit Request(int parts) : pending_(parts) {}
+  explicit Request(int parts) : pending_(parts), done_(parts == 0) {}
+  static constexpr int kSpinUs = 50;
 
   bool test() const;
   // Blocks until done; returns the request's status (never throws).
@@ -48,6 +50,7 @@ class Request {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   int pending_;
+  std::atomic<bool> done_{false};  // pending_ == 0, readable without the lock
   Status status_;
   Tensor output_;
   std::vector<int64_t> recv_splits_;
