@@ -169,7 +169,7 @@ void Engine::validate(const TensorEntry& e) const {
 
 std::shared_ptr<Request> Engine::submit(std::vector<TensorEntry> group) {
   require(!group.empty(), "an empty group of collectives was submitted");
-  auto request = std::make_shared<Request>(static_cast<int>(group.size()));
+  auto request = std::make_shared<Request>(static_cast<int>(group.size()), waits_);
   auto now = Clock::now();
   for (TensorEntry& e : group) {
     if ((e.type == OpType::kAllreduce || e.type == OpType::kBroadcast) && unset(e.output)) e.output = e.input;
@@ -432,7 +432,7 @@ bool Engine::cycle() {
   if (msg.metas.empty()) flags |= 1;
   if (shutting_down) flags |= 2;
   if (pending_.empty()) flags |= 4;
-  if (!options_.hold_during_compute || !computing) flags |= 8;
+  if (!options_.hold_during_compute || !computing || waits_->blocked > 0) flags |= 8;
   words[0] = flags;
   transport_->and_words(words);
   bool anyone_announced = !(words[0] & 1);

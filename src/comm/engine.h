@@ -135,6 +135,7 @@ class Engine {
   EngineStats stats_;
   std::string last_stall_report_;
   int computing_ = 0;  // open compute_begin() brackets
+  std::shared_ptr<WaitCount> waits_ = std::make_shared<WaitCount>();
 
   // Engine thread only.
   uint64_t next_seq_ = 0;

@@ -24,11 +24,18 @@ enum class ReduceOp : uint8_t { kSum, kAverage, kMin, kMax, kProduct };
 const char* op_type_name(OpType t);
 const char* reduce_op_name(ReduceOp op);
 
+// How many callers are blocked in Request::wait, per engine: with hold_during_compute a
+// rank whose compute waits for a collective must not hold reductions back.
+struct WaitCount {
+  std::atomic<int> blocked{0};
+};
+
 // What a caller waits on: one submission (a single tensor or a group). Completed by
 // the engine thread; tested and waited on by any thread.
 class Request {
  public:
-  explicit Request(int parts) : pending_(parts), done_(parts == 0) {}
+  explicit Request(int parts, std::shared_ptr<WaitCount> waits = {})
+      : pending_(parts), done_(parts == 0), waits_(std::move(waits)) {}
   static constexpr int kSpinUs = 50;
 
   bool test() const;
@@ -51,6 +58,7 @@ class Request {
   mutable std::condition_variable cv_;
   int pending_;
   std::atomic<bool> done_{false};  // pending_ == 0, readable without the lock
+  std::shared_ptr<WaitCount> waits_;
   Status status_;
   Tensor output_;
   std::vector<int64_t> recv_splits_;

@@ -183,7 +183,11 @@ COHORT_API cohort_status_t cohort_model_loss(cohort_model_t* model, const DLTens
 /**
  * @brief Training forward (dropout on, batch statistics) and backward: overwrites
  *        every gradient (see cohort_model_param()) and calls the gradient-ready
- *        callback for each. The parameters are not updated.
+ *        callback for each. The parameters are not updated. While it runs, the
+ *        runtime's collective engine may hold agreed reductions back until every
+ *        rank has finished its forward/backward (`comm_during_compute`, by default
+ *        on the CPU device, where a reduction would only take cores from compute);
+ *        a collective that a callback waits for still runs.
  * @param model A model ending in a loss.
  * @param images As for cohort_model_forward().
  * @param labels int32 CPU tensor [N] of class indices.

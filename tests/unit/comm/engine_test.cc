@@ -569,5 +569,18 @@ TEST(CommEngine, HoldDuringComputeRunsReductionsOnceEveryRankHasFinishedComputin
   }
 }
 
+TEST(CommEngine, HoldDuringComputeStillRunsACollectiveThatComputeWaitsFor) {
+  EngineOptions o = fast_options();
+  o.hold_during_compute = true;
+  run_ranks(3, o, [&](Engine& engine, int rank) {
+    engine.compute_begin();  // e.g. a gradient-ready callback that waits for its reduction
+    Tensor t = Tensor::empty({8}, DType::kF32);
+    std::fill(t.data_as<float>(), t.data_as<float>() + t.numel(), 1.0f);
+    ASSERT_TRUE(engine.submit(allreduce("inside", t))->wait().is_ok());
+    EXPECT_EQ(t.data_as<float>()[7], 3.0f);
+    engine.compute_end();
+  });
+}
+
 }  // namespace
 }  // namespace cohort::comm
