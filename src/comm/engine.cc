@@ -207,7 +207,7 @@ std::shared_ptr<Request> Engine::barrier() {
   e.type = OpType::kBarrier;
   {
     std::lock_guard lock(mu_);
-    e.name = cat("__barrier__.", barrier_count_++);
+    e.name = cat("__barrier__.", join_epoch_, ".", barrier_count_++);
   }
   return submit(std::move(e));
 }
@@ -547,23 +547,10 @@ Engine::Response Engine::make_response(const std::string& name, std::vector<std:
                      rows_may_differ ? " (only the first dimension may differ)" : "");
     return resp;
   }
-  if (a.type == OpType::kAlltoall) {
-    for (int r = 0; r < size_; ++r) {
-      const auto& m = resp.metas[static_cast<size_t>(r)];
-      if (!m) {
-        resp.error = cat("collective '", name, "' (alltoall) cannot run while rank ", r,
-                         " has joined: only allreduce and allgather take part with zeros");
-        return resp;
-      }
-    }
-  } else if (a.type != OpType::kAllreduce && a.type != OpType::kAllgather) {
-    for (int r = 0; r < size_; ++r) {
-      if (!resp.metas[static_cast<size_t>(r)]) {
-        resp.error = cat("collective '", name, "' (", op_type_name(a.type), ") cannot run while rank ", r,
-                         " has joined: only allreduce and allgather take part with zeros");
-        return resp;
-      }
-    }
+  if (a.type == OpType::kBroadcast && !resp.metas[static_cast<size_t>(a.root)]) {
+    resp.error = cat("collective '", name, "' (broadcast from root ", a.root, ") cannot run: the root rank ", a.root,
+                     " has joined and has no data to send; broadcast from a rank that has not joined");
+    return resp;
   }
   return resp;
 }
@@ -706,16 +693,24 @@ void Engine::run_allreduce_batch(std::vector<Response*>& batch) {
 void Engine::run_one(Response& r) {
   const Meta& a = r.agreed;
   auto it = pending_by_name_.find(r.name);
+  // No local entry: this rank has joined and takes part without data of its own.
   TensorEntry* e = it == pending_by_name_.end() ? nullptr : &pending_.at(it->second).entry;
+  Transport& t = *transport_;
   int64_t t0 = Timeline::now_us();
   size_t esize = dtype_size(a.dtype);
   switch (a.type) {
     case OpType::kJoin: {
+      {
+        // Joined ranks submitted fewer barriers: every rank starts counting afresh.
+        std::lock_guard lock(mu_);
+        ++join_epoch_;
+        barrier_count_ = 0;
+      }
       if (e) e->request->set_join_last_rank(a.root);
       break;
     }
     case OpType::kBarrier:
-      transport_->barrier();
+      t.barrier();
       break;
     case OpType::kAllreduce: {
       std::vector<Response*> one{&r};
@@ -724,9 +719,16 @@ void Engine::run_one(Response& r) {
     }
     case OpType::kBroadcast: {
       size_t n = static_cast<size_t>(shape_numel(a.shape)) * esize;
-      if (rank_ == a.root && e->output.data() != e->input.data() && n)
-        transport_->copy(e->output.data(), e->input.data(), n, e->input.device());
-      transport_->broadcast(e->output.data(), n, a.root);
+      Tensor scratch;
+      void* buf = nullptr;
+      if (e) {
+        buf = e->output.data();
+        if (rank_ == a.root && buf != e->input.data() && n) t.copy(buf, e->input.data(), n, e->input.device());
+      } else {
+        scratch = t.allocate(a.shape, a.dtype);  // receives the root's data, then dropped
+        buf = scratch.data();
+      }
+      t.broadcast(buf, n, a.root);
       break;
     }
     case OpType::kAllgather: {
@@ -740,26 +742,47 @@ void Engine::run_one(Response& r) {
         out_shape[0] += rows;
         bytes[static_cast<size_t>(q)] = static_cast<size_t>(rows) * row;
       }
-      Tensor out = Tensor::empty(out_shape, a.dtype);
-      transport_->allgatherv(e ? e->input.data() : nullptr, out.data(), bytes);
+      Tensor out = t.allocate(out_shape, a.dtype);
+      t.allgatherv(e ? e->input.data() : nullptr, out.data(), bytes);
       if (e) e->request->set_output(out);
       break;
     }
     case OpType::kAlltoall: {
+      // A joined rank sends and receives nothing; the rows others meant for it are dropped.
       size_t row = static_cast<size_t>(row_elems(a.shape)) * esize;
-      std::vector<size_t> send(static_cast<size_t>(size_)), recv(static_cast<size_t>(size_));
-      std::vector<int64_t> recv_rows(static_cast<size_t>(size_));
+      std::vector<size_t> send(static_cast<size_t>(size_), 0), recv(static_cast<size_t>(size_), 0);
+      std::vector<int64_t> recv_rows(static_cast<size_t>(size_), 0);
       Shape out_shape = a.shape;
       out_shape[0] = 0;
+      Shape packed_shape = a.shape;
+      packed_shape[0] = 0;
       for (int q = 0; q < size_; ++q) {
+        const auto& m = r.metas[static_cast<size_t>(q)];
+        if (!e || !m) continue;
         send[static_cast<size_t>(q)] = static_cast<size_t>(e->splits[static_cast<size_t>(q)]) * row;
-        recv_rows[static_cast<size_t>(q)] = r.metas[static_cast<size_t>(q)]->splits[static_cast<size_t>(rank_)];
+        packed_shape[0] += e->splits[static_cast<size_t>(q)];
+        recv_rows[static_cast<size_t>(q)] = m->splits[static_cast<size_t>(rank_)];
         recv[static_cast<size_t>(q)] = static_cast<size_t>(recv_rows[static_cast<size_t>(q)]) * row;
         out_shape[0] += recv_rows[static_cast<size_t>(q)];
       }
-      Tensor out = Tensor::empty(out_shape, a.dtype);
-      transport_->alltoallv(e->input.data(), send, out.data(), recv);
-      e->request->set_output(out, recv_rows);
+      const void* src = e ? e->input.data() : nullptr;
+      Tensor packed;
+      if (e && r.with_joined) {
+        packed = t.allocate(packed_shape, a.dtype);
+        size_t from = 0, to = 0;
+        for (int q = 0; q < size_; ++q) {
+          size_t n = static_cast<size_t>(e->splits[static_cast<size_t>(q)]) * row;
+          if (r.metas[static_cast<size_t>(q)] && n) {
+            t.copy(static_cast<char*>(packed.data()) + to, static_cast<const char*>(src) + from, n, e->input.device());
+            to += n;
+          }
+          from += n;
+        }
+        src = packed.data();
+      }
+      Tensor out = t.allocate(out_shape, a.dtype);
+      t.alltoallv(src, send, out.data(), recv);
+      if (e) e->request->set_output(out, recv_rows);
       break;
     }
     case OpType::kReducescatter: {
@@ -769,19 +792,25 @@ void Engine::run_one(Response& r) {
       for (int64_t n : rows) counts.push_back(static_cast<size_t>(n) * row);
       Shape out_shape = a.shape;
       out_shape[0] = rows[static_cast<size_t>(rank_)];
-      Tensor out = Tensor::empty(out_shape, a.dtype);
-      const void* send = e->input.data();
+      Tensor out = t.allocate(out_shape, a.dtype);
       Tensor scaled;
-      if (a.prescale != 1.0) {
-        scaled = Tensor::empty(a.shape, a.dtype);
-        std::memcpy(scaled.data(), send, scaled.nbytes());
-        kernels::scale(scaled.data(), static_cast<size_t>(scaled.numel()), a.dtype, a.prescale);
+      const void* send = nullptr;
+      if (!e) {
+        scaled = t.allocate(a.shape, a.dtype);  // a joined rank contributes zeros
+        t.zero(scaled.data(), scaled.nbytes());
         send = scaled.data();
+      } else if (a.prescale != 1.0) {
+        scaled = t.allocate(a.shape, a.dtype);
+        t.copy(scaled.data(), e->input.data(), scaled.nbytes(), e->input.device());
+        t.scale(scaled.data(), static_cast<size_t>(scaled.numel()), a.dtype, a.prescale);
+        send = scaled.data();
+      } else {
+        send = e->input.data();
       }
-      transport_->reduce_scatter(send, out.data(), counts, a.dtype, to_kernel(a.op));
-      kernels::scale(out.data(), static_cast<size_t>(out.numel()), a.dtype,
-                     a.postscale * (a.op == ReduceOp::kAverage ? 1.0 / size_ : 1.0));
-      e->request->set_output(out);
+      t.reduce_scatter(send, out.data(), counts, a.dtype, to_kernel(a.op));
+      t.scale(out.data(), static_cast<size_t>(out.numel()), a.dtype,
+              a.postscale * (a.op == ReduceOp::kAverage ? 1.0 / size_ : 1.0));
+      if (e) e->request->set_output(out);
       break;
     }
   }

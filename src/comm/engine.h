@@ -73,8 +73,20 @@ class Engine {
   std::shared_ptr<Request> submit(std::vector<TensorEntry> group);
   std::shared_ptr<Request> submit(TensorEntry entry);
   std::shared_ptr<Request> barrier();
-  // This rank has no more data: it takes part in the others' allreduces with zeros
-  // (and allgathers with no rows) until every rank has joined.
+  // This rank has no more data. Until every rank has joined, it takes part in the
+  // others' collectives without data of its own:
+  //   allreduce      contributes zeros (so min/max/product see a zero; average still
+  //                  divides by every rank);
+  //   allgather      contributes no rows;
+  //   broadcast      receives the root's data into scratch memory and drops it; if the
+  //                  root itself has joined, the broadcast fails on every rank
+  //                  (kMismatch) naming the tensor and the root;
+  //   reducescatter  contributes zeros (as allreduce) and drops its block;
+  //   alltoall       sends and receives zero-size blocks: the others receive zero rows
+  //                  from it (recv_splits 0) and the rows they meant for it are dropped;
+  //   barrier        counts as arrived.
+  // Completes on every rank once all have joined, with the last rank to join; barrier
+  // numbering then starts afresh on every rank.
   std::shared_ptr<Request> join();
 
   void mark_step();
@@ -124,6 +136,7 @@ class Engine {
   Status stop_status_;
   uint64_t submitted_ = 0;
   uint64_t barrier_count_ = 0;
+  uint64_t join_epoch_ = 0;  // completed joins: part of barrier names
   EngineStats stats_;
   std::string last_stall_report_;
 

@@ -216,10 +216,22 @@ COHORT_API cohort_status_t cohort_barrier_async(cohort_runtime_t* runtime, cohor
 COHORT_API cohort_status_t cohort_barrier(cohort_runtime_t* runtime);
 
 /**
- * @brief Declares that this rank has no more data. Until every rank has joined, this
- *        rank takes part in the others' allreduces with zeros and in their allgathers
- *        with no rows; other collectives submitted meanwhile fail with
- *        ::COHORT_ERR_MISMATCH. Completes when every rank has joined. Collective.
+ * @brief Declares that this rank has no more data (uneven steps per rank). Until every
+ *        rank has joined, this rank takes part in the others' collectives without data
+ *        of its own, so the ranks that still have data go on:
+ *        - allreduce: it contributes zeros (so min, max and product see a zero, and an
+ *          average still divides by every rank);
+ *        - allgather: it contributes no rows;
+ *        - broadcast: it receives nothing, the others still get the root's data; a
+ *          broadcast whose root has joined fails on every rank that submitted it with
+ *          ::COHORT_ERR_MISMATCH, naming the tensor and the root;
+ *        - reducescatter: it contributes zeros;
+ *        - alltoall: it sends and receives zero-size blocks: the others receive zero
+ *          rows from it (recv split 0), and the rows they address to it are dropped;
+ *        - barrier: it counts as arrived.
+ *
+ *        Completes on every rank when every rank has joined; barrier numbering then
+ *        starts afresh on every rank. Collective.
  * @param runtime The runtime.
  * @param[out] out The request; cohort_request_last_joined() gives the last rank to join.
  */

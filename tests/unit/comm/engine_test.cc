@@ -401,6 +401,144 @@ TEST(CommEngine, JoinLetsARankWithFewerStepsFinish) {
   });
 }
 
+// One step of every collective on `rank`; `active[r]` says which ranks still submit
+// (the others have joined). Results are checked against references computed here.
+void every_op_step(Engine& engine, int rank, int n, const std::vector<bool>& active, int step) {
+  SCOPED_TRACE(cat("rank ", rank, " step ", step));
+  // allreduce: the joined ranks add zeros.
+  Tensor ar = filled(DType::kF32, {6}, rank);
+  ASSERT_TRUE(engine.submit(allreduce("j.allreduce", ar))->wait().is_ok());
+  for (int64_t k = 0; k < 6; ++k) {
+    double expect = 0;
+    for (int r = 0; r < n; ++r)
+      if (active[static_cast<size_t>(r)]) expect += value(r, k, false);
+    ASSERT_EQ(get(ar, k), expect);
+  }
+  // allgather: rank r gives r + 1 rows; the joined ranks none.
+  TensorEntry g;
+  g.name = "j.allgather";
+  g.type = OpType::kAllgather;
+  g.input = Tensor::empty({rank + 1, 2}, DType::kI32);
+  for (int64_t i = 0; i < g.input.numel(); ++i) g.input.data_as<int32_t>()[i] = static_cast<int32_t>(rank * 100 + i);
+  auto gr = engine.submit(g);
+  ASSERT_TRUE(gr->wait().is_ok()) << gr->status().message();
+  {
+    std::vector<int32_t> expect;
+    for (int r = 0; r < n; ++r)
+      if (active[static_cast<size_t>(r)])
+        for (int i = 0; i < (r + 1) * 2; ++i) expect.push_back(r * 100 + i);
+    Tensor out = gr->output();
+    ASSERT_EQ(out.numel(), static_cast<int64_t>(expect.size()));
+    for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(out.data_as<int32_t>()[i], expect[i]);
+  }
+  // broadcast from rank 0 (which never joins early here).
+  TensorEntry b;
+  b.name = "j.broadcast";
+  b.type = OpType::kBroadcast;
+  b.root = 0;
+  b.input = filled(DType::kF64, {4}, rank);
+  ASSERT_TRUE(engine.submit(b)->wait().is_ok());
+  for (int64_t k = 0; k < 4; ++k) ASSERT_EQ(get(b.input, k), value(0, k, false));
+  // reducescatter with a prescale: the joined ranks add zeros; 5 rows over n ranks.
+  TensorEntry rs;
+  rs.name = "j.reducescatter";
+  rs.type = OpType::kReducescatter;
+  rs.prescale = 2.0;
+  rs.input = filled(DType::kF32, {5, 2}, rank);
+  auto rr = engine.submit(rs);
+  ASSERT_TRUE(rr->wait().is_ok()) << rr->status().message();
+  {
+    int64_t first = 0, rows = 5 / n + (rank < 5 % n ? 1 : 0);
+    for (int q = 0; q < rank; ++q) first += 5 / n + (q < 5 % n ? 1 : 0);
+    Tensor out = rr->output();
+    ASSERT_EQ(out.dim(0), rows);
+    for (int64_t i = 0; i < rows * 2; ++i) {
+      double expect = 0;
+      for (int r = 0; r < n; ++r)
+        if (active[static_cast<size_t>(r)]) expect += 2.0 * value(r, first * 2 + i, false);
+      ASSERT_EQ(get(out, i), expect) << "element " << i;
+    }
+  }
+  // alltoall: rank s sends q + 1 rows to rank q, row j of that block holds
+  // s * 100 + q * 10 + j; blocks from or to joined ranks are empty.
+  TensorEntry a;
+  a.name = "j.alltoall";
+  a.type = OpType::kAlltoall;
+  int64_t total = 0;
+  for (int q = 0; q < n; ++q) {
+    a.splits.push_back(q + 1);
+    total += q + 1;
+  }
+  a.input = Tensor::empty({total, 1}, DType::kI64);
+  for (int q = 0, row = 0; q < n; ++q)
+    for (int j = 0; j <= q; ++j, ++row) a.input.data_as<int64_t>()[row] = rank * 100 + q * 10 + j;
+  auto atr = engine.submit(a);
+  ASSERT_TRUE(atr->wait().is_ok()) << atr->status().message();
+  {
+    std::vector<int64_t> expect, splits;
+    for (int s = 0; s < n; ++s) {
+      bool on = active[static_cast<size_t>(s)];
+      splits.push_back(on ? rank + 1 : 0);
+      if (on)
+        for (int j = 0; j <= rank; ++j) expect.push_back(s * 100 + rank * 10 + j);
+    }
+    EXPECT_EQ(atr->recv_splits(), splits);
+    Tensor out = atr->output();
+    ASSERT_EQ(out.numel(), static_cast<int64_t>(expect.size()));
+    for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(out.data_as<int64_t>()[i], expect[i]);
+  }
+  // barrier: the joined ranks count as arrived.
+  ASSERT_TRUE(engine.barrier()->wait().is_ok());
+}
+
+TEST(CommEngine, JoinedRankTakesPartInEveryCollective) {
+  for (int n : {2, 3}) {
+    run_ranks(n, fast_options(), [&](Engine& engine, int rank) {
+      // rank 1 runs out of data after 2 steps, rank 2 (n = 3) after 3, rank 0 does 5.
+      int steps = rank == 0 ? 5 : rank + 1;
+      for (int step = 0; step < steps; ++step) {
+        std::vector<bool> active(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) active[static_cast<size_t>(r)] = step < (r == 0 ? 5 : r + 1);
+        every_op_step(engine, rank, n, active, step);
+        if (testing::Test::HasFatalFailure()) return;
+      }
+      auto j = engine.join();
+      ASSERT_TRUE(j->wait().is_ok()) << j->status().message();
+      EXPECT_EQ(j->join_last_rank(), 0);  // rank 0 had the most steps
+      // Afterwards every rank takes part with data again, barriers included.
+      std::vector<bool> all(static_cast<size_t>(n), true);
+      every_op_step(engine, rank, n, all, 100);
+      ASSERT_TRUE(engine.barrier()->wait().is_ok());
+    });
+  }
+}
+
+TEST(CommEngine, BroadcastFromAJoinedRootFailsOnEveryRank) {
+  run_ranks(3, fast_options(), [&](Engine& engine, int rank) {
+    if (rank == 2) {
+      auto j = engine.join();
+      ASSERT_TRUE(j->wait().is_ok()) << j->status().message();
+      return;
+    }
+    TensorEntry b;
+    b.name = "from.joined";
+    b.type = OpType::kBroadcast;
+    b.root = 2;
+    b.input = filled(DType::kF32, {3}, rank);
+    Status s = engine.submit(b)->wait();
+    EXPECT_EQ(s.code(), Code::kMismatch);
+    EXPECT_NE(s.message().find("'from.joined'"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("root rank 2 has joined"), std::string::npos) << s.message();
+    // The failure leaves the engine usable: the others still broadcast among themselves.
+    b.name = "from.zero";
+    b.root = 0;
+    ASSERT_TRUE(engine.submit(b)->wait().is_ok());
+    EXPECT_EQ(get(b.input, 1), value(0, 1, false));
+    auto j = engine.join();
+    ASSERT_TRUE(j->wait().is_ok()) << j->status().message();
+  });
+}
+
 TEST(CommEngine, StallShutdownFailsTheWithheldCollectiveAndReportsIt) {
   EngineOptions o = fast_options();
   o.stall_warning_s = 0.2;
