@@ -89,8 +89,9 @@ EngineOptions EngineOptions::from_config(const Config& config) {
 }
 
 Engine::Engine(std::unique_ptr<Transport> transport, EngineOptions options,
-               std::function<void(const std::string&)> on_fatal)
+               std::function<void(const std::string&)> on_fatal, DeviceTransportFactory device)
     : transport_(std::move(transport)),
+      device_(std::move(device)),
       options_(std::move(options)),
       on_fatal_(std::move(on_fatal)),
       rank_(transport_->rank()),
@@ -131,14 +132,21 @@ void Engine::validate(const TensorEntry& e) const {
   const Tensor& in = e.input;
   require(!unset(in) && in.defined(), "'", e.name, "': the input tensor has no data");
   require(in.is_contiguous(), "'", e.name, "': the input ", in.describe(), " is not contiguous");
-  if (!transport_->supports(in.device()))
+  if (in.device().kind == Device::Kind::kCuda) {
+    if (!device_.create)
+      fail(Code::kUnsupported, "'", e.name, "': the tensor is in CUDA memory (", in.device().to_string(), ") but ",
+           device_.unavailable.empty() ? std::string("this engine has no device transport; pass host memory")
+                                       : device_.unavailable);
+    if (in.device() != device_.device)
+      fail(Code::kUnsupported, "'", e.name, "': the tensor is on ", in.device().to_string(),
+           " but this rank's device collectives run on ", device_.device.to_string(),
+           " (one GPU per rank); move it there or pass host memory");
+    if (e.type == OpType::kReducescatter && in.ndim() >= 1)
+      require(in.dim(0) % size_ == 0, "'", e.name, "': reducescatter of CUDA tensors needs a first dimension (",
+              in.dim(0), ") divisible by the number of ranks (", size_, "); NCCL scatters equal blocks");
+  } else if (!transport_->supports(in.device())) {
     fail(Code::kUnsupported, "'", e.name, "': the ", transport_->name(), " transport cannot move tensors on ",
          in.device().to_string());
-  if (!in.device().is_host()) {
-    require(e.type == OpType::kAllreduce || e.type == OpType::kBroadcast, "'", e.name, "': ", op_type_name(e.type),
-            " of device tensors is not supported; copy to host memory first");
-    require(e.prescale == 1.0 && e.postscale == 1.0 && e.op != ReduceOp::kAverage, "'", e.name,
-            "': average and scale factors are not supported for device tensors");
   }
   require(std::isfinite(e.prescale) && std::isfinite(e.postscale), "'", e.name, "': scale factors must be finite, got ",
           e.prescale, " and ", e.postscale);
@@ -295,6 +303,7 @@ Meta Engine::meta_of(const TensorEntry& e) const {
   m.postscale = e.postscale;
   m.shape = e.input.shape();
   m.splits = e.splits;
+  m.device = e.input.device().kind == Device::Kind::kCuda;
   return m;
 }
 
@@ -528,7 +537,7 @@ Engine::Response Engine::make_response(const std::string& name, std::vector<std:
   for (const auto& m : resp.metas) {
     if (!m) continue;
     bool same = m->type == a.type && m->dtype == a.dtype && m->op == a.op && m->root == a.root &&
-                m->prescale == a.prescale && m->postscale == a.postscale;
+                m->prescale == a.prescale && m->postscale == a.postscale && m->device == a.device;
     if (rows_may_differ) {
       same = same && m->shape.size() == a.shape.size() && !m->shape.empty() &&
              std::equal(m->shape.begin() + 1, m->shape.end(), a.shape.begin() + 1);
@@ -592,19 +601,16 @@ void Engine::execute(std::vector<Response>& ready) {
       finish(r, Status(Code::kMismatch, r.error));
       continue;
     }
-    auto local = pending_by_name_.find(r.name);
-    bool host = local == pending_by_name_.end() || pending_.at(local->second).entry.input.device().is_host();
+    bool host = !r.agreed.device;  // agreed, so a joined rank picks the same transport
     size_t bytes = static_cast<size_t>(shape_numel(r.agreed.shape)) * dtype_size(r.agreed.dtype);
     // Whether `o` can be reduced in the same call as `r` (same host allreduce settings);
     // its size in bytes goes to *o_bytes.
-    auto combinable = [this](const Response& r, const Response& o, size_t* o_bytes) {
+    auto combinable = [](const Response& r, const Response& o, size_t* o_bytes) {
       const Meta& a = r.agreed;
       const Meta& b = o.agreed;
       if (!o.error.empty() || b.type != OpType::kAllreduce || b.dtype != a.dtype || b.op != a.op ||
-          b.prescale != a.prescale || b.postscale != a.postscale)
+          b.prescale != a.prescale || b.postscale != a.postscale || b.device)
         return false;
-      auto lo = pending_by_name_.find(o.name);
-      if (lo != pending_by_name_.end() && !pending_.at(lo->second).entry.input.device().is_host()) return false;
       *o_bytes = static_cast<size_t>(shape_numel(b.shape)) * dtype_size(b.dtype);
       return true;
     };
@@ -695,7 +701,9 @@ void Engine::run_one(Response& r) {
   auto it = pending_by_name_.find(r.name);
   // No local entry: this rank has joined and takes part without data of its own.
   TensorEntry* e = it == pending_by_name_.end() ? nullptr : &pending_.at(it->second).entry;
-  Transport& t = *transport_;
+  Transport* tp = transport_.get();
+  if (a.device && !(tp = device_transport(r))) return;
+  Transport& t = *tp;
   int64_t t0 = Timeline::now_us();
   size_t esize = dtype_size(a.dtype);
   switch (a.type) {
@@ -713,6 +721,10 @@ void Engine::run_one(Response& r) {
       t.barrier();
       break;
     case OpType::kAllreduce: {
+      if (a.device) {
+        run_device_allreduce(r, e, t);
+        break;
+      }
       std::vector<Response*> one{&r};
       run_direct_allreduces(one);
       return;
@@ -816,6 +828,50 @@ void Engine::run_one(Response& r) {
   }
   if (timeline_.enabled()) timeline_.span(r.name, op_type_name(a.type), t0, Timeline::now_us());
   finish(r, Status::ok());
+}
+
+Transport* Engine::device_transport(Response& r) {
+  if (device_transport_) return device_transport_.get();
+  if (device_error_.empty()) {
+    // Every rank reaches this response at the same point of the same cycle: agree
+    // that every rank can create the device transport before any of them tries.
+    std::string mine = device_.create ? std::string() : cat("rank ", rank_, ": ", device_.unavailable);
+    std::vector<std::string> all = transport_->allgather_bytes(mine);
+    std::string why;
+    for (const std::string& s : all)
+      if (!s.empty()) why += cat(why.empty() ? "" : "; ", s);
+    if (why.empty()) {
+      try {
+        device_transport_ = device_.create();
+        return device_transport_.get();
+      } catch (const Error& err) {
+        device_error_ = cat("creating the device transport failed: ", err.what());
+      }
+    } else {
+      device_error_ = cat("collectives of CUDA tensors need a device transport (NCCL) on every rank, but ", why);
+    }
+  }
+  finish(r, Status(Code::kUnsupported, cat("collective '", r.name, "' (", r.agreed.describe(), "): ", device_error_)));
+  return nullptr;
+}
+
+void Engine::run_device_allreduce(Response& r, TensorEntry* e, Transport& t) {
+  const Meta& a = r.agreed;
+  size_t count = static_cast<size_t>(shape_numel(a.shape));
+  size_t bytes = count * dtype_size(a.dtype);
+  Tensor zeros;
+  void* buf = nullptr;
+  if (e) {
+    buf = e->output.data();
+    if (buf != e->input.data() && bytes) t.copy(buf, e->input.data(), bytes, e->input.device());
+  } else {
+    zeros = t.allocate(a.shape, a.dtype);  // a joined rank contributes zeros
+    t.zero(zeros.data(), bytes);
+    buf = zeros.data();
+  }
+  t.scale(buf, count, a.dtype, a.prescale);
+  t.allreduce(buf, count, a.dtype, to_kernel(a.op));
+  t.scale(buf, count, a.dtype, a.postscale * (a.op == ReduceOp::kAverage ? 1.0 / size_ : 1.0));
 }
 
 void Engine::run_direct_allreduces(std::vector<Response*>& batch) {
