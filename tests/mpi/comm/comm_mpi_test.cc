@@ -448,6 +448,25 @@ void test_join_every_op(cohort_runtime_t* rt) {
   CHECK(last >= 0 && last < g_size - 1, "last joined %d", last);
 }
 
+// A CUDA tensor on a runtime without a usable GPU (no GPU here, or a build without
+// CUDA/NCCL) is refused at submission with an error naming the tensor and what works.
+void test_device_tensor_without_gpu(cohort_runtime_t* rt) {
+  char device[32] = {0};
+  OK(cohort_runtime_device(rt, device, sizeof device, nullptr));
+  if (std::string(device).rfind("cuda", 0) == 0) return;  // a GPU runtime: the gpu tests cover it
+  Buffer b(kF32, {4});
+  b.t.device = {kDLCUDA, 0};
+  cohort_status_t s = cohort_allreduce(rt, "on.gpu", &b.t, nullptr, nullptr);
+  CHECK(s == COHORT_ERR_UNSUPPORTED, "device tensor without a GPU returned %d", static_cast<int>(s));
+  std::string msg = cohort_last_error();
+  CHECK(msg.find("'on.gpu': the tensor is in CUDA memory (cuda:0)") != std::string::npos, "message: %s", msg.c_str());
+  CHECK(msg.find("host memory") != std::string::npos, "message: %s", msg.c_str());
+  CHECK(msg.find("no GPU is usable") != std::string::npos || msg.find("built without CUDA") != std::string::npos ||
+            msg.find("device=cpu") != std::string::npos,
+        "message: %s", msg.c_str());
+  OK(cohort_barrier(rt));  // the engine goes on
+}
+
 void test_stall_shutdown() {
   cohort_runtime_t* rt = make_runtime({{"stall_shutdown_s", "0.5"}, {"stall_warning_s", "0.2"}});
   if (g_rank == 0) {
@@ -498,6 +517,7 @@ int main(int argc, char** argv) {
   test_every_op_and_dtype(rt);
   test_join(rt);
   test_join_every_op(rt);
+  test_device_tensor_without_gpu(rt);
   cohort_runtime_destroy(rt);
   test_stall_shutdown();
   test_timeline(std::string(argc > 1 ? argv[1] : "/tmp") + "/cohort_comm_timeline_" + std::to_string(g_size) + ".json");
