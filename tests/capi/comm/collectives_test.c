@@ -97,7 +97,9 @@ static void test_bad_tensors(void** state) {
   t.device.device_type = kDLCUDA;
   expect_error(cohort_allreduce(g_rt, "device", &t, NULL, NULL), COHORT_ERR_UNSUPPORTED,
                "'device': the tensor is in CUDA memory (cuda:0)");
-  assert_non_null(strstr(cohort_last_error(), "device=cpu"));
+  /* What would work: a GPU runtime (CUDA builds) or a CUDA build; host memory always. */
+  assert_true(strstr(cohort_last_error(), "device=cpu") != NULL ||
+              strstr(cohort_last_error(), "built without CUDA") != NULL);
   assert_non_null(strstr(cohort_last_error(), "host memory"));
   DLManagedTensor* gathered = NULL;
   expect_error(cohort_allgather(g_rt, "device.rows", &t, &gathered), COHORT_ERR_UNSUPPORTED, "'device.rows'");
