@@ -864,6 +864,29 @@ TEST(CommEngine, DeviceCollectiveFailsOnEveryRankWhenSomeRankHasNoDeviceTranspor
   EXPECT_EQ(calls, 0);
 }
 
+TEST(CommEngine, HostOnOneRankAndDeviceOnAnotherIsAMismatchOnEveryRank) {
+  const int n = 2;
+  auto dev_world = std::make_shared<LocalWorld>(n);
+  std::atomic<int> calls{0};
+  run_ranks_with_device(
+      n,
+      [&](int rank) {
+        DeviceTransportFactory f;
+        f.device = kGpu0;
+        f.create = [&, rank] { return std::make_unique<FakeDeviceTransport>(dev_world, rank, &calls); };
+        return f;
+      },
+      [&](Engine& engine, int rank) {
+        Tensor x = filled(DType::kF32, {4}, rank);
+        Status s = engine.submit(allreduce("mixed", rank == 0 ? on_gpu(x) : x))->wait();
+        EXPECT_EQ(s.code(), Code::kMismatch);
+        EXPECT_NE(s.message().find("rank 0: allreduce sum f32[4] on cuda; rank 1: allreduce sum f32[4]"),
+                  std::string::npos)
+            << s.message();
+      });
+  EXPECT_EQ(calls, 0);
+}
+
 TEST(CommEngine, SameNameTwiceWhilePendingFailsTheSecond) {
   EngineOptions o = fast_options();
   o.stall_shutdown_s = 0.3;
