@@ -368,6 +368,13 @@ COHORT_API cohort_status_t cohort_model_forward_backward(cohort_model_t* model, 
     const int64_t n = check_images(m, images);
     const int32_t* y = check_labels(labels, n);
     materialize(m);
+    // Reductions of gradients produced here may wait until compute has ended on every
+    // rank (comm_during_compute=hold), instead of taking cores from it.
+    struct Bracket {
+      comm::Engine& engine;
+      explicit Bracket(comm::Engine& e) : engine(e) { engine.compute_begin(); }
+      ~Bracket() { engine.compute_end(); }
+    } bracket(m.runtime->engine());
     const float l = m.graph->forward_train(data_of(images), n, m.layout, y);
     m.graph->backward();
     if (loss) *loss = l;

@@ -367,12 +367,29 @@ static int run(trainer_t* t, int argc, char** argv) {
   return 0;
 }
 
+/* The trainer's recipe where the library's defaults suit a caller that may not know the
+ * run's length: --lr is meant for 256 images and scales with the global batch, and it
+ * decays along a cosine over the run. A value given on the command line or through the
+ * environment always wins. */
+static const char* const kTrainerDefaults[][2] = {{"lr_scaling", "linear"}, {"lr_schedule", "cosine"}};
+
+static int apply_trainer_defaults(cohort_config_t* cfg) {
+  for (size_t i = 0; i < sizeof kTrainerDefaults / sizeof kTrainerDefaults[0]; ++i)
+    if (!is_explicit(cfg, kTrainerDefaults[i][0]) &&
+        cohort_config_set(cfg, kTrainerDefaults[i][0], kTrainerDefaults[i][1]) != COHORT_OK)
+      return 0;
+  return 1;
+}
+
 static void usage(void) {
   printf(
       "usage: cohort-train [--key=value ...]\n"
       "Trains a model of the zoo on synthetic data or a dataset (--data_dir), on one rank or\n"
-      "many (cohortrun -np N cohort-train ...). Every option of the library applies:\n\n%s",
-      cohort_options_help(NULL));
+      "many (cohortrun -np N cohort-train ...). Every option of the library applies.\n"
+      "cohort-train's own defaults, where they differ from the library's:");
+  for (size_t i = 0; i < sizeof kTrainerDefaults / sizeof kTrainerDefaults[0]; ++i)
+    printf(" --%s=%s", kTrainerDefaults[i][0], kTrainerDefaults[i][1]);
+  printf(" (--lr is for --base_batch_size images).\n\n%s", cohort_options_help(NULL));
 }
 
 int main(int argc, char** argv) {
@@ -393,6 +410,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "cohort-train: %s\n", error_text());
   } else if (rest_argc > 1) {
     fprintf(stderr, "cohort-train: unexpected argument '%s' (options are --key=value; see --help)\n", rest[1]);
+  } else if (!apply_trainer_defaults(t.cfg)) {
+    fprintf(stderr, "cohort-train: %s\n", error_text());
   } else {
     rc = run(&t, argc, argv);
   }

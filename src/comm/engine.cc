@@ -52,7 +52,7 @@ std::vector<int64_t> scatter_rows(int64_t rows, int size) {
 }  // namespace
 
 struct Engine::Pending {
-  enum class State { kNew, kCached, kAnnounced };
+  enum class State { kNew, kCached, kAnnounced, kHeld };  // kHeld: agreed, waiting for compute to end
   State state = State::kNew;
   TensorEntry entry;
   Meta meta;
@@ -229,6 +229,19 @@ std::shared_ptr<Request> Engine::join() {
 
 void Engine::mark_step() { timeline_.instant("step"); }
 
+void Engine::compute_begin() {
+  std::lock_guard lock(mu_);
+  ++computing_;
+}
+
+void Engine::compute_end() {
+  {
+    std::lock_guard lock(mu_);
+    if (computing_ == 0 || --computing_ > 0) return;
+  }
+  cv_.notify_all();  // held reductions may run now
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard lock(mu_);
   return stats_;
@@ -269,6 +282,8 @@ void Engine::run() {
 void Engine::wait_for_work() {
   std::unique_lock lock(mu_);
   if (!queue_.empty() || shutdown_requested_) return;
+  // Held reductions and compute done here: meet the other ranks' next cycles at once.
+  if (!held_.empty() && computing_ == 0) return;
   bool busy = !pending_.empty() || !global_idle_;
   auto timeout = busy ? std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double, std::milli>(options_.cycle_time_ms))
@@ -341,11 +356,12 @@ void Engine::fail_all(const Status& s) {
 bool Engine::cycle() {
   auto now = Clock::now();
   std::vector<TensorEntry> fresh;
-  bool shutting_down;
+  bool shutting_down, computing;
   {
     std::lock_guard lock(mu_);
     fresh.swap(queue_);
     shutting_down = shutdown_requested_;
+    computing = computing_ > 0;
     ++stats_.cycles;
   }
   for (TensorEntry& e : fresh) add_pending(std::move(e));
@@ -412,16 +428,18 @@ bool Engine::cycle() {
   }
 
   // Flag bits, ANDed across ranks: 1 = nobody announced, 2 = everybody shutting down,
-  // 4 = nobody has anything pending.
+  // 4 = nobody has anything pending, 8 = nobody holds reductions back for compute.
   uint64_t flags = 0;
   if (msg.metas.empty()) flags |= 1;
   if (shutting_down) flags |= 2;
   if (pending_.empty()) flags |= 4;
+  if (!options_.hold_during_compute || !computing) flags |= 8;
   words[0] = flags;
   transport_->and_words(words);
   bool anyone_announced = !(words[0] & 1);
   bool all_shutting_down = (words[0] & 2) != 0;
   global_idle_ = (words[0] & 4) != 0;
+  bool release = (words[0] & 8) != 0 || all_shutting_down;
 
   int64_t ready_us = Timeline::now_us();
   if (timeline_.enabled())
@@ -450,6 +468,20 @@ bool Engine::cycle() {
   {
     std::lock_guard lock(mu_);
     for (const Response& r : ready) stats_.cache_hits += r.cached ? 1 : 0;
+  }
+  // Every rank reaches the same decision from the same flags, and keeps the same held
+  // list in the same order.
+  if (!release) {
+    for (Response& r : ready) {
+      auto it = pending_by_name_.find(r.name);
+      if (it != pending_by_name_.end()) pending_.at(it->second).state = Pending::State::kHeld;
+      held_.push_back(std::move(r));
+    }
+    ready.clear();
+  } else if (!held_.empty()) {
+    for (Response& r : ready) held_.push_back(std::move(r));
+    ready.swap(held_);
+    held_.clear();
   }
   execute(ready);
 
@@ -644,7 +676,10 @@ void Engine::execute(std::vector<Response>& ready) {
       batch.push_back(&o);
       done[j] = true;
     }
-    run_allreduce_batch(batch);
+    if (batch.size() == 1)
+      run_direct_allreduces(batch);  // alone in its call: no copies through the fusion buffer
+    else
+      run_allreduce_batch(batch);
   }
 }
 

@@ -38,6 +38,10 @@ struct EngineOptions {
   double stall_warning_s = 60.0;
   double stall_shutdown_s = 0.0;
   std::string timeline_file;
+  // Hold agreed reductions while a model computes on some rank (see compute_begin), and
+  // run them once compute has finished on every rank: on a CPU whose cores all compute,
+  // a reduction run during backward only competes with it for the cores.
+  bool hold_during_compute = false;
 
   // From the option registry: fusion_threshold_mb, cycle_time_ms, cache_capacity,
   // stall_warning_s, stall_shutdown_s, timeline_file.
@@ -107,6 +111,10 @@ class Engine {
   std::shared_ptr<Request> join();
 
   void mark_step();
+  // Brackets a model's forward/backward on this rank (any thread; nests). With
+  // hold_during_compute, agreed reductions wait until no rank is inside such a bracket.
+  void compute_begin();
+  void compute_end();
   EngineStats stats() const;
   // The most recent stall warning text (rank 0), for tests and tools.
   std::string last_stall_report() const;
@@ -162,6 +170,7 @@ class Engine {
   uint64_t join_epoch_ = 0;  // completed joins: part of barrier names
   EngineStats stats_;
   std::string last_stall_report_;
+  int computing_ = 0;  // open compute_begin() brackets
 
   // Engine thread only.
   uint64_t next_seq_ = 0;
@@ -174,6 +183,7 @@ class Engine {
   std::vector<uint64_t> submitted_counts_;
   ResponseCache cache_;
   bool global_idle_ = true;
+  std::vector<Response> held_;  // agreed while some rank computed (hold_during_compute)
   std::vector<unsigned char> fusion_;
   Clock::time_point last_stall_check_;
   std::unique_ptr<Transport> device_transport_;

@@ -99,7 +99,9 @@ def group_run():
 
 def group_resume():
     with tempfile.TemporaryDirectory() as d:
-        base = TINY + ["--synthetic_samples=32", "--json", "--lr=0.01"]
+        # The interrupted run stops early through a shorter --num_iter: a constant rate keeps
+        # its schedule the same as the full run's (cosine decays over the run's length).
+        base = TINY + ["--synthetic_samples=32", "--json", "--lr=0.01", "--lr_schedule=constant"]
         rc, out, err = run(base + ["--num_iter=8"])
         full = summary_of(out)
         rc, out, err = run(base + ["--num_iter=4", f"--checkpoint_dir={d}/ck"])

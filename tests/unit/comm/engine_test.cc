@@ -939,5 +939,33 @@ TEST(CommEngine, TimelineHasOneProcessRowPerRankAndStepMarkers) {
   std::remove(path.c_str());
 }
 
+TEST(CommEngine, HoldDuringComputeRunsReductionsOnceEveryRankHasFinishedComputing) {
+  for (bool hold : {true, false}) {
+    EngineOptions o = fast_options();
+    o.hold_during_compute = hold;
+    std::atomic<int> submitted{0};
+    std::atomic<bool> released{false};
+    run_ranks(2, o, [&](Engine& engine, int rank) {
+      if (rank == 0) engine.compute_begin();
+      Tensor t = Tensor::empty({1000}, DType::kF32);
+      std::fill(t.data_as<float>(), t.data_as<float>() + t.numel(), static_cast<float>(rank + 1));
+      auto req = engine.submit(allreduce("held", t));
+      ++submitted;
+      if (rank == 0) {
+        while (submitted < 2) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));  // many engine cycles
+        EXPECT_EQ(req->test(), !hold) << (hold ? "ran while rank 0 computed" : "waited for compute to end");
+        released = true;
+        engine.compute_end();
+      }
+      ASSERT_TRUE(req->wait().is_ok());
+      if (hold) {
+        EXPECT_TRUE(released.load()) << "rank " << rank << " finished before compute ended on rank 0";
+      }
+      for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data_as<float>()[i], 3.0f);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace cohort::comm
