@@ -89,8 +89,9 @@ EngineOptions EngineOptions::from_config(const Config& config) {
 }
 
 Engine::Engine(std::unique_ptr<Transport> transport, EngineOptions options,
-               std::function<void(const std::string&)> on_fatal)
+               std::function<void(const std::string&)> on_fatal, DeviceTransportFactory device)
     : transport_(std::move(transport)),
+      device_(std::move(device)),
       options_(std::move(options)),
       on_fatal_(std::move(on_fatal)),
       rank_(transport_->rank()),
@@ -131,14 +132,21 @@ void Engine::validate(const TensorEntry& e) const {
   const Tensor& in = e.input;
   require(!unset(in) && in.defined(), "'", e.name, "': the input tensor has no data");
   require(in.is_contiguous(), "'", e.name, "': the input ", in.describe(), " is not contiguous");
-  if (!transport_->supports(in.device()))
+  if (in.device().kind == Device::Kind::kCuda) {
+    if (!device_.create)
+      fail(Code::kUnsupported, "'", e.name, "': the tensor is in CUDA memory (", in.device().to_string(), ") but ",
+           device_.unavailable.empty() ? std::string("this engine has no device transport; pass host memory")
+                                       : device_.unavailable);
+    if (in.device() != device_.device)
+      fail(Code::kUnsupported, "'", e.name, "': the tensor is on ", in.device().to_string(),
+           " but this rank's device collectives run on ", device_.device.to_string(),
+           " (one GPU per rank); move it there or pass host memory");
+    if (e.type == OpType::kReducescatter && in.ndim() >= 1)
+      require(in.dim(0) % size_ == 0, "'", e.name, "': reducescatter of CUDA tensors needs a first dimension (",
+              in.dim(0), ") divisible by the number of ranks (", size_, "); NCCL scatters equal blocks");
+  } else if (!transport_->supports(in.device())) {
     fail(Code::kUnsupported, "'", e.name, "': the ", transport_->name(), " transport cannot move tensors on ",
          in.device().to_string());
-  if (!in.device().is_host()) {
-    require(e.type == OpType::kAllreduce || e.type == OpType::kBroadcast, "'", e.name, "': ", op_type_name(e.type),
-            " of device tensors is not supported; copy to host memory first");
-    require(e.prescale == 1.0 && e.postscale == 1.0 && e.op != ReduceOp::kAverage, "'", e.name,
-            "': average and scale factors are not supported for device tensors");
   }
   require(std::isfinite(e.prescale) && std::isfinite(e.postscale), "'", e.name, "': scale factors must be finite, got ",
           e.prescale, " and ", e.postscale);
@@ -207,7 +215,7 @@ std::shared_ptr<Request> Engine::barrier() {
   e.type = OpType::kBarrier;
   {
     std::lock_guard lock(mu_);
-    e.name = cat("__barrier__.", barrier_count_++);
+    e.name = cat("__barrier__.", join_epoch_, ".", barrier_count_++);
   }
   return submit(std::move(e));
 }
@@ -318,6 +326,7 @@ Meta Engine::meta_of(const TensorEntry& e) const {
   m.postscale = e.postscale;
   m.shape = e.input.shape();
   m.splits = e.splits;
+  m.device = e.input.device().kind == Device::Kind::kCuda;
   return m;
 }
 
@@ -568,7 +577,7 @@ Engine::Response Engine::make_response(const std::string& name, std::vector<std:
   for (const auto& m : resp.metas) {
     if (!m) continue;
     bool same = m->type == a.type && m->dtype == a.dtype && m->op == a.op && m->root == a.root &&
-                m->prescale == a.prescale && m->postscale == a.postscale;
+                m->prescale == a.prescale && m->postscale == a.postscale && m->device == a.device;
     if (rows_may_differ) {
       same = same && m->shape.size() == a.shape.size() && !m->shape.empty() &&
              std::equal(m->shape.begin() + 1, m->shape.end(), a.shape.begin() + 1);
@@ -587,23 +596,10 @@ Engine::Response Engine::make_response(const std::string& name, std::vector<std:
                      rows_may_differ ? " (only the first dimension may differ)" : "");
     return resp;
   }
-  if (a.type == OpType::kAlltoall) {
-    for (int r = 0; r < size_; ++r) {
-      const auto& m = resp.metas[static_cast<size_t>(r)];
-      if (!m) {
-        resp.error = cat("collective '", name, "' (alltoall) cannot run while rank ", r,
-                         " has joined: only allreduce and allgather take part with zeros");
-        return resp;
-      }
-    }
-  } else if (a.type != OpType::kAllreduce && a.type != OpType::kAllgather) {
-    for (int r = 0; r < size_; ++r) {
-      if (!resp.metas[static_cast<size_t>(r)]) {
-        resp.error = cat("collective '", name, "' (", op_type_name(a.type), ") cannot run while rank ", r,
-                         " has joined: only allreduce and allgather take part with zeros");
-        return resp;
-      }
-    }
+  if (a.type == OpType::kBroadcast && !resp.metas[static_cast<size_t>(a.root)]) {
+    resp.error = cat("collective '", name, "' (broadcast from root ", a.root, ") cannot run: the root rank ", a.root,
+                     " has joined and has no data to send; broadcast from a rank that has not joined");
+    return resp;
   }
   return resp;
 }
@@ -645,19 +641,16 @@ void Engine::execute(std::vector<Response>& ready) {
       finish(r, Status(Code::kMismatch, r.error));
       continue;
     }
-    auto local = pending_by_name_.find(r.name);
-    bool host = local == pending_by_name_.end() || pending_.at(local->second).entry.input.device().is_host();
+    bool host = !r.agreed.device;  // agreed, so a joined rank picks the same transport
     size_t bytes = static_cast<size_t>(shape_numel(r.agreed.shape)) * dtype_size(r.agreed.dtype);
     // Whether `o` can be reduced in the same call as `r` (same host allreduce settings);
     // its size in bytes goes to *o_bytes.
-    auto combinable = [this](const Response& r, const Response& o, size_t* o_bytes) {
+    auto combinable = [](const Response& r, const Response& o, size_t* o_bytes) {
       const Meta& a = r.agreed;
       const Meta& b = o.agreed;
       if (!o.error.empty() || b.type != OpType::kAllreduce || b.dtype != a.dtype || b.op != a.op ||
-          b.prescale != a.prescale || b.postscale != a.postscale)
+          b.prescale != a.prescale || b.postscale != a.postscale || b.device)
         return false;
-      auto lo = pending_by_name_.find(o.name);
-      if (lo != pending_by_name_.end() && !pending_.at(lo->second).entry.input.device().is_host()) return false;
       *o_bytes = static_cast<size_t>(shape_numel(b.shape)) * dtype_size(b.dtype);
       return true;
     };
@@ -749,27 +742,48 @@ void Engine::run_allreduce_batch(std::vector<Response*>& batch) {
 void Engine::run_one(Response& r) {
   const Meta& a = r.agreed;
   auto it = pending_by_name_.find(r.name);
+  // No local entry: this rank has joined and takes part without data of its own.
   TensorEntry* e = it == pending_by_name_.end() ? nullptr : &pending_.at(it->second).entry;
+  Transport* tp = transport_.get();
+  if (a.device && !(tp = device_transport(r))) return;
+  Transport& t = *tp;
   int64_t t0 = Timeline::now_us();
   size_t esize = dtype_size(a.dtype);
   switch (a.type) {
     case OpType::kJoin: {
+      {
+        // Joined ranks submitted fewer barriers: every rank starts counting afresh.
+        std::lock_guard lock(mu_);
+        ++join_epoch_;
+        barrier_count_ = 0;
+      }
       if (e) e->request->set_join_last_rank(a.root);
       break;
     }
     case OpType::kBarrier:
-      transport_->barrier();
+      t.barrier();
       break;
     case OpType::kAllreduce: {
+      if (a.device) {
+        run_device_allreduce(r, e, t);
+        break;
+      }
       std::vector<Response*> one{&r};
       run_direct_allreduces(one);
       return;
     }
     case OpType::kBroadcast: {
       size_t n = static_cast<size_t>(shape_numel(a.shape)) * esize;
-      if (rank_ == a.root && e->output.data() != e->input.data() && n)
-        transport_->copy(e->output.data(), e->input.data(), n, e->input.device());
-      transport_->broadcast(e->output.data(), n, a.root);
+      Tensor scratch;
+      void* buf = nullptr;
+      if (e) {
+        buf = e->output.data();
+        if (rank_ == a.root && buf != e->input.data() && n) t.copy(buf, e->input.data(), n, e->input.device());
+      } else {
+        scratch = t.allocate(a.shape, a.dtype);  // receives the root's data, then dropped
+        buf = scratch.data();
+      }
+      t.broadcast(buf, n, a.root);
       break;
     }
     case OpType::kAllgather: {
@@ -783,26 +797,47 @@ void Engine::run_one(Response& r) {
         out_shape[0] += rows;
         bytes[static_cast<size_t>(q)] = static_cast<size_t>(rows) * row;
       }
-      Tensor out = Tensor::empty(out_shape, a.dtype);
-      transport_->allgatherv(e ? e->input.data() : nullptr, out.data(), bytes);
+      Tensor out = t.allocate(out_shape, a.dtype);
+      t.allgatherv(e ? e->input.data() : nullptr, out.data(), bytes);
       if (e) e->request->set_output(out);
       break;
     }
     case OpType::kAlltoall: {
+      // A joined rank sends and receives nothing; the rows others meant for it are dropped.
       size_t row = static_cast<size_t>(row_elems(a.shape)) * esize;
-      std::vector<size_t> send(static_cast<size_t>(size_)), recv(static_cast<size_t>(size_));
-      std::vector<int64_t> recv_rows(static_cast<size_t>(size_));
+      std::vector<size_t> send(static_cast<size_t>(size_), 0), recv(static_cast<size_t>(size_), 0);
+      std::vector<int64_t> recv_rows(static_cast<size_t>(size_), 0);
       Shape out_shape = a.shape;
       out_shape[0] = 0;
+      Shape packed_shape = a.shape;
+      packed_shape[0] = 0;
       for (int q = 0; q < size_; ++q) {
+        const auto& m = r.metas[static_cast<size_t>(q)];
+        if (!e || !m) continue;
         send[static_cast<size_t>(q)] = static_cast<size_t>(e->splits[static_cast<size_t>(q)]) * row;
-        recv_rows[static_cast<size_t>(q)] = r.metas[static_cast<size_t>(q)]->splits[static_cast<size_t>(rank_)];
+        packed_shape[0] += e->splits[static_cast<size_t>(q)];
+        recv_rows[static_cast<size_t>(q)] = m->splits[static_cast<size_t>(rank_)];
         recv[static_cast<size_t>(q)] = static_cast<size_t>(recv_rows[static_cast<size_t>(q)]) * row;
         out_shape[0] += recv_rows[static_cast<size_t>(q)];
       }
-      Tensor out = Tensor::empty(out_shape, a.dtype);
-      transport_->alltoallv(e->input.data(), send, out.data(), recv);
-      e->request->set_output(out, recv_rows);
+      const void* src = e ? e->input.data() : nullptr;
+      Tensor packed;
+      if (e && r.with_joined) {
+        packed = t.allocate(packed_shape, a.dtype);
+        size_t from = 0, to = 0;
+        for (int q = 0; q < size_; ++q) {
+          size_t n = static_cast<size_t>(e->splits[static_cast<size_t>(q)]) * row;
+          if (r.metas[static_cast<size_t>(q)] && n) {
+            t.copy(static_cast<char*>(packed.data()) + to, static_cast<const char*>(src) + from, n, e->input.device());
+            to += n;
+          }
+          from += n;
+        }
+        src = packed.data();
+      }
+      Tensor out = t.allocate(out_shape, a.dtype);
+      t.alltoallv(src, send, out.data(), recv);
+      if (e) e->request->set_output(out, recv_rows);
       break;
     }
     case OpType::kReducescatter: {
@@ -812,24 +847,74 @@ void Engine::run_one(Response& r) {
       for (int64_t n : rows) counts.push_back(static_cast<size_t>(n) * row);
       Shape out_shape = a.shape;
       out_shape[0] = rows[static_cast<size_t>(rank_)];
-      Tensor out = Tensor::empty(out_shape, a.dtype);
-      const void* send = e->input.data();
+      Tensor out = t.allocate(out_shape, a.dtype);
       Tensor scaled;
-      if (a.prescale != 1.0) {
-        scaled = Tensor::empty(a.shape, a.dtype);
-        std::memcpy(scaled.data(), send, scaled.nbytes());
-        kernels::scale(scaled.data(), static_cast<size_t>(scaled.numel()), a.dtype, a.prescale);
+      const void* send = nullptr;
+      if (!e) {
+        scaled = t.allocate(a.shape, a.dtype);  // a joined rank contributes zeros
+        t.zero(scaled.data(), scaled.nbytes());
         send = scaled.data();
+      } else if (a.prescale != 1.0) {
+        scaled = t.allocate(a.shape, a.dtype);
+        t.copy(scaled.data(), e->input.data(), scaled.nbytes(), e->input.device());
+        t.scale(scaled.data(), static_cast<size_t>(scaled.numel()), a.dtype, a.prescale);
+        send = scaled.data();
+      } else {
+        send = e->input.data();
       }
-      transport_->reduce_scatter(send, out.data(), counts, a.dtype, to_kernel(a.op));
-      kernels::scale(out.data(), static_cast<size_t>(out.numel()), a.dtype,
-                     a.postscale * (a.op == ReduceOp::kAverage ? 1.0 / size_ : 1.0));
-      e->request->set_output(out);
+      t.reduce_scatter(send, out.data(), counts, a.dtype, to_kernel(a.op));
+      t.scale(out.data(), static_cast<size_t>(out.numel()), a.dtype,
+              a.postscale * (a.op == ReduceOp::kAverage ? 1.0 / size_ : 1.0));
+      if (e) e->request->set_output(out);
       break;
     }
   }
   if (timeline_.enabled()) timeline_.span(r.name, op_type_name(a.type), t0, Timeline::now_us());
   finish(r, Status::ok());
+}
+
+Transport* Engine::device_transport(Response& r) {
+  if (device_transport_) return device_transport_.get();
+  if (device_error_.empty()) {
+    // Every rank reaches this response at the same point of the same cycle: agree
+    // that every rank can create the device transport before any of them tries.
+    std::string mine = device_.create ? std::string() : cat("rank ", rank_, ": ", device_.unavailable);
+    std::vector<std::string> all = transport_->allgather_bytes(mine);
+    std::string why;
+    for (const std::string& s : all)
+      if (!s.empty()) why += cat(why.empty() ? "" : "; ", s);
+    if (why.empty()) {
+      try {
+        device_transport_ = device_.create();
+        return device_transport_.get();
+      } catch (const Error& err) {
+        device_error_ = cat("creating the device transport failed: ", err.what());
+      }
+    } else {
+      device_error_ = cat("collectives of CUDA tensors need a device transport (NCCL) on every rank, but ", why);
+    }
+  }
+  finish(r, Status(Code::kUnsupported, cat("collective '", r.name, "' (", r.agreed.describe(), "): ", device_error_)));
+  return nullptr;
+}
+
+void Engine::run_device_allreduce(Response& r, TensorEntry* e, Transport& t) {
+  const Meta& a = r.agreed;
+  size_t count = static_cast<size_t>(shape_numel(a.shape));
+  size_t bytes = count * dtype_size(a.dtype);
+  Tensor zeros;
+  void* buf = nullptr;
+  if (e) {
+    buf = e->output.data();
+    if (buf != e->input.data() && bytes) t.copy(buf, e->input.data(), bytes, e->input.device());
+  } else {
+    zeros = t.allocate(a.shape, a.dtype);  // a joined rank contributes zeros
+    t.zero(zeros.data(), bytes);
+    buf = zeros.data();
+  }
+  t.scale(buf, count, a.dtype, a.prescale);
+  t.allreduce(buf, count, a.dtype, to_kernel(a.op));
+  t.scale(buf, count, a.dtype, a.postscale * (a.op == ReduceOp::kAverage ? 1.0 / size_ : 1.0));
 }
 
 void Engine::run_direct_allreduces(std::vector<Response*>& batch) {

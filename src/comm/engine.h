@@ -48,6 +48,22 @@ struct EngineOptions {
   static EngineOptions from_config(const Config& config);
 };
 
+// Where collectives of CUDA tensors run. Every collective whose tensors live on a CUDA
+// device (DLPack kDLCUDA) runs on a second transport, NCCL in a runtime; host tensors
+// stay on the engine's own transport. The device transport is created once, on the
+// engine thread, when the first device collective is ready (all ranks agree first
+// that each of them can create it; otherwise that collective fails on every rank
+// naming the ranks that cannot and why). Device collectives are not fused: each runs
+// as its own call, in place in the caller's tensors (no fusion buffer on the device);
+// scales and averages run on the device through the kernels/ functors.
+struct DeviceTransportFactory {
+  Device device;  // the CUDA device this rank's device tensors must live on
+  // Empty when this rank cannot move device tensors; `unavailable` then says why and
+  // what would work, and submitting a device tensor fails with kUnsupported.
+  std::function<std::unique_ptr<Transport>()> create;
+  std::string unavailable;
+};
+
 struct EngineStats {
   uint64_t cycles = 0;
   uint64_t full_exchanges = 0;  // cycles that exchanged Metas (not just cache bits)
@@ -60,8 +76,9 @@ class Engine {
  public:
   // Collective: every rank constructs its engine (the first cycle measures clock offsets).
   // on_fatal is called on the engine thread when the transport fails (a lost peer).
+  // device: where CUDA tensors go (empty: device tensors are refused).
   Engine(std::unique_ptr<Transport> transport, EngineOptions options,
-         std::function<void(const std::string&)> on_fatal = {});
+         std::function<void(const std::string&)> on_fatal = {}, DeviceTransportFactory device = {});
   // Collective: waits until every rank's engine is shutting down, cancels what is
   // still pending, and has rank 0 write the timeline.
   ~Engine();
@@ -77,8 +94,20 @@ class Engine {
   std::shared_ptr<Request> submit(std::vector<TensorEntry> group);
   std::shared_ptr<Request> submit(TensorEntry entry);
   std::shared_ptr<Request> barrier();
-  // This rank has no more data: it takes part in the others' allreduces with zeros
-  // (and allgathers with no rows) until every rank has joined.
+  // This rank has no more data. Until every rank has joined, it takes part in the
+  // others' collectives without data of its own:
+  //   allreduce      contributes zeros (so min/max/product see a zero; average still
+  //                  divides by every rank);
+  //   allgather      contributes no rows;
+  //   broadcast      receives the root's data into scratch memory and drops it; if the
+  //                  root itself has joined, the broadcast fails on every rank
+  //                  (kMismatch) naming the tensor and the root;
+  //   reducescatter  contributes zeros (as allreduce) and drops its block;
+  //   alltoall       sends and receives zero-size blocks: the others receive zero rows
+  //                  from it (recv_splits 0) and the rows they meant for it are dropped;
+  //   barrier        counts as arrived.
+  // Completes on every rank once all have joined, with the last rank to join; barrier
+  // numbering then starts afresh on every rank.
   std::shared_ptr<Request> join();
 
   void mark_step();
@@ -115,10 +144,16 @@ class Engine {
   // Large allreduces of one dtype/op/scale, reduced in place without the fusion buffer.
   void run_direct_allreduces(std::vector<Response*>& batch);
   void finish(Response& r, const Status& s);
+  // The device transport, created on first use; null (and r finished with the error)
+  // when some rank cannot create it.
+  Transport* device_transport(Response& r);
+  // One allreduce of device memory (no fusion); e is null on a joined rank.
+  void run_device_allreduce(Response& r, TensorEntry* e, Transport& t);
   void check_stalls();
   void fail_all(const Status& s);
 
   std::unique_ptr<Transport> transport_;
+  DeviceTransportFactory device_;
   EngineOptions options_;
   std::function<void(const std::string&)> on_fatal_;
   int rank_, size_;
@@ -132,6 +167,7 @@ class Engine {
   Status stop_status_;
   uint64_t submitted_ = 0;
   uint64_t barrier_count_ = 0;
+  uint64_t join_epoch_ = 0;  // completed joins: part of barrier names
   EngineStats stats_;
   std::string last_stall_report_;
   int computing_ = 0;  // open compute_begin() brackets
@@ -151,6 +187,8 @@ class Engine {
   std::vector<Response> held_;  // agreed while some rank computed (hold_during_compute)
   std::vector<unsigned char> fusion_;
   Clock::time_point last_stall_check_;
+  std::unique_ptr<Transport> device_transport_;
+  std::string device_error_;  // set on every rank when the device transport cannot exist
   int64_t clock_offset_us_ = 0;
 
   Timeline timeline_;

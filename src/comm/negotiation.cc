@@ -60,7 +60,8 @@ class Reader {
 
 bool Meta::same_signature(const Meta& o) const {
   return name == o.name && type == o.type && dtype == o.dtype && op == o.op && root == o.root &&
-         prescale == o.prescale && postscale == o.postscale && shape == o.shape && splits == o.splits;
+         prescale == o.prescale && postscale == o.postscale && shape == o.shape && splits == o.splits &&
+         device == o.device;
 }
 
 std::string Meta::describe() const {
@@ -71,6 +72,7 @@ std::string Meta::describe() const {
   if (type == OpType::kAllreduce && (prescale != 1.0 || postscale != 1.0))
     s += cat(" prescale ", prescale, " postscale ", postscale);
   if (type == OpType::kAlltoall) s += cat(" splits ", shape_string(splits));
+  if (device) s += " on cuda";
   return s;
 }
 
@@ -84,6 +86,7 @@ std::string encode(const Message& m) {
     w.pod(static_cast<uint8_t>(x.type));
     w.pod(static_cast<uint8_t>(x.dtype));
     w.pod(static_cast<uint8_t>(x.op));
+    w.pod(static_cast<uint8_t>(x.device ? 1 : 0));
     w.pod(x.root);
     w.pod(x.prescale);
     w.pod(x.postscale);
@@ -105,6 +108,7 @@ Message decode(const std::string& bytes) {
     x.type = static_cast<OpType>(r.pod<uint8_t>());
     x.dtype = static_cast<DType>(r.pod<uint8_t>());
     x.op = static_cast<ReduceOp>(r.pod<uint8_t>());
+    x.device = r.pod<uint8_t>() != 0;
     x.root = r.pod<int32_t>();
     x.prescale = r.pod<double>();
     x.postscale = r.pod<double>();

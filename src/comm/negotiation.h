@@ -24,6 +24,7 @@ struct Meta {
   double prescale = 1.0, postscale = 1.0;
   Shape shape;
   std::vector<int64_t> splits;
+  bool device = false;  // CUDA memory: runs on the device transport (NCCL)
 
   // Everything but kind is equal (what a cache hit requires).
   bool same_signature(const Meta& o) const;

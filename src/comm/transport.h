@@ -48,6 +48,15 @@ class Transport {
   virtual void barrier() = 0;
   // Copies between two buffers in this transport's memory (device copies for NCCL).
   virtual void copy(void* dst, const void* src, size_t bytes, Device d) { std::memcpy(dst, src, bytes); }
+  // A tensor in this transport's memory, for results and scratch (host memory here).
+  virtual Tensor allocate(const Shape& shape, DType t) { return Tensor::empty(shape, t); }
+  // Sets `bytes` bytes of `buf` (this transport's memory) to zero.
+  virtual void zero(void* buf, size_t bytes) {
+    if (bytes) std::memset(buf, 0, bytes);
+  }
+  // Multiplies `count` elements of `buf` by `factor` (the kernels/ functors, on the
+  // host here and on the device for NCCL).
+  virtual void scale(void* buf, size_t count, DType t, double factor) { kernels::scale(buf, count, t, factor); }
   // Stops any wait in the control plane (peer lost or forced shutdown).
   virtual void abort_waits() {}
 };

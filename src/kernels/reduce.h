@@ -106,12 +106,26 @@ inline void combine(void* inout, const void* in, size_t n, DType t, Reduce op) {
   }
 }
 
-// Multiplies every element by `factor`. Floating types scale in their compute type;
+// One element times `factor`, as scale() applies it; the CUDA kernels of the NCCL
+// transport apply the same functors. Floating types scale in their compute type;
 // integer types scale in double and truncate toward zero (so an average of integers
 // is the truncated quotient).
 template <typename S, typename C, typename Compute>
+struct ScaleFn {
+  double factor;
+  COHORT_HD S operator()(S v) const { return C::store(static_cast<Compute>(static_cast<double>(C::load(v)) * factor)); }
+};
+template <typename T>
+struct ScalePlainFn {  // f32 and f64: multiply in the type itself
+  T factor;
+  COHORT_HD T operator()(T v) const { return v * factor; }
+};
+
+// Multiplies every element by `factor` (see ScaleFn).
+template <typename S, typename C, typename Compute>
 inline void scale_loop(S* p, size_t n, double factor) {
-  for (size_t i = 0; i < n; ++i) p[i] = C::store(static_cast<Compute>(static_cast<double>(C::load(p[i])) * factor));
+  ScaleFn<S, C, Compute> fn{factor};
+  for (size_t i = 0; i < n; ++i) p[i] = fn(p[i]);
 }
 
 inline void scale(void* data, size_t n, DType t, double factor) {
@@ -119,13 +133,14 @@ inline void scale(void* data, size_t n, DType t, double factor) {
   switch (t) {
     case DType::kF32: {
       float* p = static_cast<float*>(data);
-      float f = static_cast<float>(factor);
-      for (size_t i = 0; i < n; ++i) p[i] *= f;
+      ScalePlainFn<float> fn{static_cast<float>(factor)};
+      for (size_t i = 0; i < n; ++i) p[i] = fn(p[i]);
       break;
     }
     case DType::kF64: {
       double* p = static_cast<double*>(data);
-      for (size_t i = 0; i < n; ++i) p[i] *= factor;
+      ScalePlainFn<double> fn{factor};
+      for (size_t i = 0; i < n; ++i) p[i] = fn(p[i]);
       break;
     }
     case DType::kI32:

@@ -5,6 +5,9 @@
 #include "backend/device_probe.h"
 #include "comm/mpi/mpi_error.h"
 #include "comm/mpi/mpi_transport.h"
+#if COHORT_HAVE_CUDA
+#  include "comm/nccl/nccl_transport.h"
+#endif
 #include "core/logging.h"
 #include "core/threads.h"
 #include "runtime/mpi_process.h"
@@ -45,10 +48,11 @@ Runtime::Runtime(const Config& config) : config_(config) {
     comm::EngineOptions engine_options = comm::EngineOptions::from_config(config_);
     const std::string during_compute = config_.get_string("comm_during_compute");
     engine_options.hold_during_compute = during_compute == "hold" || (during_compute == "auto" && device_.is_host());
-    engine_ = std::make_unique<comm::Engine>(std::make_unique<comm::MpiTransport>(world_, chunk, window),
-                                             std::move(engine_options),
-                                             [](const std::string& why) { mpi_process::poison(why); });
+    engine_ = std::make_unique<comm::Engine>(
+        std::make_unique<comm::MpiTransport>(world_, chunk, window), std::move(engine_options),
+        [](const std::string& why) { mpi_process::poison(why); }, device_transport());
   } catch (...) {
+    free_comm(device_bootstrap_);
     free_comm(cross_);
     free_comm(local_);
     free_comm(world_);
@@ -56,11 +60,41 @@ Runtime::Runtime(const Config& config) : config_(config) {
   }
 }
 
+comm::DeviceTransportFactory Runtime::device_transport() {
+  comm::DeviceTransportFactory f;
+  const char* host_hint = "copy the tensor to host memory (kDLCPU) to reduce it over MPI";
+#if COHORT_HAVE_CUDA
+  if (device_.kind == Device::Kind::kCuda) {
+    // The engine thread creates the NCCL communicator; its MPI traffic (the unique id)
+    // goes over a communicator of its own, never used by another thread.
+    mpi_check(MPI_Comm_dup(world_, &device_bootstrap_), "MPI_Comm_dup(NCCL bootstrap)");
+    MPI_Comm_set_errhandler(device_bootstrap_, MPI_ERRORS_RETURN);
+    f.device = device_;
+    MPI_Comm bootstrap = device_bootstrap_;
+    int id = device_.id;
+    f.create = [bootstrap, id] { return std::make_unique<comm::NcclTransport>(bootstrap, id); };
+  } else if (config_.get_string("device") == "cpu") {
+    f.unavailable =
+        cat("this runtime was created with device=cpu; create it with device=auto or device=cuda to run "
+            "collectives of CUDA tensors over NCCL, or ",
+            host_hint);
+  } else {
+    f.unavailable = cat("no GPU is usable on this rank (", cuda_why_.empty() ? "no CUDA device found" : cuda_why_,
+                        "); ", host_hint, ", or run on a machine with a GPU");
+  }
+#else
+  f.unavailable = cat("this cohort was built without CUDA and NCCL (COHORT_WITH_CUDA); ", host_hint,
+                      ", or use a cohort built with CUDA and NCCL");
+#endif
+  return f;
+}
+
 void Runtime::choose_device() {
   std::string choice = config_.get_string("device");
   CudaProbe probe;
   if (choice != "cpu") probe = probe_cuda();
   cuda_device_count_ = probe.device_count;
+  cuda_why_ = probe.why;
   if (choice == "cuda" && probe.device_count == 0)
     fail(Code::kUnsupported, "device=cuda was requested but no GPU is usable (", probe.why,
          "); use --device=cpu or --device=auto");
@@ -92,6 +126,7 @@ Runtime::~Runtime() {
     return;
   }
   engine_.reset();  // collective: waits until every rank's engine shuts down
+  free_comm(device_bootstrap_);
   free_comm(cross_);
   free_comm(local_);
   free_comm(world_);

@@ -43,10 +43,13 @@ class Runtime {
   void barrier();
 
   // The collective engine of this runtime (its own background thread and communicator).
+  // Host tensors run over MPI; CUDA tensors over NCCL (one communicator per runtime,
+  // created at the first device collective) when the runtime's device is a GPU.
   comm::Engine& engine() { return *engine_; }
 
  private:
   void choose_device();
+  comm::DeviceTransportFactory device_transport();
 
   Config config_;
   RankLayout layout_;
@@ -56,6 +59,8 @@ class Runtime {
   int thread_budget_ = 1;
   Device device_;
   int cuda_device_count_ = 0;
+  std::string cuda_why_;                       // why no GPU is usable (probe), if none
+  MPI_Comm device_bootstrap_ = MPI_COMM_NULL;  // the engine thread's: NCCL id exchange
   std::unique_ptr<comm::Engine> engine_;
 };
 

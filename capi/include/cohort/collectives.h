@@ -20,9 +20,27 @@
  *
  * Memory: tensors are borrowed. The caller keeps every input and output alive and
  * unmodified until the request has completed (cohort_request_wait() returned or
- * cohort_request_test() reported done). Tensors must be contiguous host memory (CPU);
- * dtypes f32, f16, bf16, f64, i32, i64 and u8 (DLPack codes kDLFloat 32/16/64,
- * kDLBfloat 16, kDLInt 32/64, kDLUInt 8).
+ * cohort_request_test() reported done). Tensors must be contiguous; dtypes f32, f16,
+ * bf16, f64, i32, i64 and u8 (DLPack codes kDLFloat 32/16/64, kDLBfloat 16, kDLInt
+ * 32/64, kDLUInt 8).
+ *
+ * Devices: host tensors (kDLCPU, kDLCUDAHost) are moved over MPI. Tensors in GPU memory
+ * (kDLCUDA) are moved over NCCL: every collective, with scales, averages and f16/bf16
+ * computed on the GPU. The runtime must run on that GPU (device=auto or device=cuda:
+ * one GPU per rank, the tensor on this rank's device); its NCCL communicator is created
+ * at the first device collective, which every rank takes part in. Device collectives
+ * are not fused: each runs as its own NCCL call, in place in the caller's memory
+ * (results of allgather, alltoall and reducescatter are new device tensors). The
+ * caller's GPU work producing an input must be complete (its stream synchronised)
+ * before submission; results are complete when the request completes. Mixing host and
+ * device tensors under one name across ranks is a ::COHORT_ERR_MISMATCH. A device
+ * tensor on a runtime without a usable GPU (device=cpu, no GPU found, or cohort built
+ * without CUDA and NCCL) fails at submission with ::COHORT_ERR_UNSUPPORTED, naming the
+ * tensor and what would work (host memory); it is never copied to the host silently.
+ * If some rank cannot create NCCL (for example it has joined and has no GPU), a device
+ * collective fails on every rank with ::COHORT_ERR_UNSUPPORTED naming those ranks.
+ * Reducescatter of device tensors needs a first dimension divisible by the number of
+ * ranks.
  *
  * Thread safety: submission functions and request functions may be called from any
  * thread; one request handle must not be used by two threads at once.
@@ -76,8 +94,9 @@ COHORT_API cohort_status_t cohort_allreduce_options_default(cohort_allreduce_opt
  * @param options NULL for a plain sum. Every rank must pass the same op and scales.
  * @param[out] out The request, owned by the caller (cohort_request_destroy()).
  * @return ::COHORT_ERR_INVALID_ARGUMENT for a bad name, tensor or option;
- *   ::COHORT_ERR_UNSUPPORTED for device memory; ::COHORT_ERR_PEER_LOST once the
- *   runtime is poisoned. Errors agreed between ranks come from cohort_request_wait().
+ *   ::COHORT_ERR_UNSUPPORTED for device memory without a usable GPU (see the file
+ *   documentation); ::COHORT_ERR_PEER_LOST once the runtime is poisoned. Errors agreed between ranks come from
+ * cohort_request_wait().
  */
 COHORT_API cohort_status_t cohort_allreduce_async(cohort_runtime_t* runtime, const char* name, DLTensor* input,
                                                   DLTensor* output, const cohort_allreduce_options_t* options,
@@ -216,10 +235,22 @@ COHORT_API cohort_status_t cohort_barrier_async(cohort_runtime_t* runtime, cohor
 COHORT_API cohort_status_t cohort_barrier(cohort_runtime_t* runtime);
 
 /**
- * @brief Declares that this rank has no more data. Until every rank has joined, this
- *        rank takes part in the others' allreduces with zeros and in their allgathers
- *        with no rows; other collectives submitted meanwhile fail with
- *        ::COHORT_ERR_MISMATCH. Completes when every rank has joined. Collective.
+ * @brief Declares that this rank has no more data (uneven steps per rank). Until every
+ *        rank has joined, this rank takes part in the others' collectives without data
+ *        of its own, so the ranks that still have data go on:
+ *        - allreduce: it contributes zeros (so min, max and product see a zero, and an
+ *          average still divides by every rank);
+ *        - allgather: it contributes no rows;
+ *        - broadcast: it receives nothing, the others still get the root's data; a
+ *          broadcast whose root has joined fails on every rank that submitted it with
+ *          ::COHORT_ERR_MISMATCH, naming the tensor and the root;
+ *        - reducescatter: it contributes zeros;
+ *        - alltoall: it sends and receives zero-size blocks: the others receive zero
+ *          rows from it (recv split 0), and the rows they address to it are dropped;
+ *        - barrier: it counts as arrived.
+ *
+ *        Completes on every rank when every rank has joined; barrier numbering then
+ *        starts afresh on every rank. Collective.
  * @param runtime The runtime.
  * @param[out] out The request; cohort_request_last_joined() gives the last rank to join.
  */

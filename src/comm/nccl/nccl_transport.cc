@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "comm/mpi/mpi_error.h"
+#include "comm/nccl/device_scale.h"
 
 namespace cohort::comm {
 namespace {
@@ -98,6 +99,7 @@ void NcclTransport::abort_waits() {
 void NcclTransport::sync(const char* call) { cuda_check(cudaStreamSynchronize(stream_), call); }
 
 void NcclTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
+  if (count == 0) return;
   nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_), "ncclAllReduce");
   sync("ncclAllReduce");
 }
@@ -109,6 +111,7 @@ void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<s
   for (int r = 0; r < size(); ++r) {
     size_t n = bytes[static_cast<size_t>(r)];
     void* dst = static_cast<char*>(recv) + offset;
+    if (n == 0) continue;
     nccl_check(ncclBroadcast(r == rank() ? send : dst, dst, n, ncclUint8, r, comm_, stream_), "ncclBroadcast");
     offset += n;
   }
@@ -117,6 +120,7 @@ void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<s
 }
 
 void NcclTransport::broadcast(void* buf, size_t bytes, int root) {
+  if (bytes == 0) return;
   nccl_check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
   sync("ncclBroadcast");
 }
@@ -127,8 +131,9 @@ void NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_
   size_t so = 0, ro = 0;
   for (int r = 0; r < size(); ++r) {
     size_t sn = send_bytes[static_cast<size_t>(r)], rn = recv_bytes[static_cast<size_t>(r)];
-    nccl_check(ncclSend(static_cast<const char*>(send) + so, sn, ncclUint8, r, comm_, stream_), "ncclSend");
-    nccl_check(ncclRecv(static_cast<char*>(recv) + ro, rn, ncclUint8, r, comm_, stream_), "ncclRecv");
+    // A zero-size block on one side is zero-size on the other: both skip it.
+    if (sn) nccl_check(ncclSend(static_cast<const char*>(send) + so, sn, ncclUint8, r, comm_, stream_), "ncclSend");
+    if (rn) nccl_check(ncclRecv(static_cast<char*>(recv) + ro, rn, ncclUint8, r, comm_, stream_), "ncclRecv");
     so += sn;
     ro += rn;
   }
@@ -141,14 +146,70 @@ void NcclTransport::reduce_scatter(const void* send, void* recv, const std::vect
   for (size_t c : counts)
     if (c != counts.front())
       fail(Code::kUnsupported, "reducescatter of device tensors needs a first dimension divisible by the ranks");
+  if (counts.front() == 0) return;
   nccl_check(ncclReduceScatter(send, recv, counts.front(), nccl_type(t), nccl_op(op), comm_, stream_),
              "ncclReduceScatter");
   sync("ncclReduceScatter");
 }
 
 void NcclTransport::copy(void* dst, const void* src, size_t bytes, Device d) {
+  if (bytes == 0) return;
   cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
   sync("cudaMemcpyAsync");
+}
+
+void NcclTransport::zero(void* buf, size_t bytes) {
+  if (bytes == 0) return;
+  cuda_check(cudaMemsetAsync(buf, 0, bytes, stream_), "cudaMemsetAsync");
+  sync("cudaMemsetAsync");
+}
+
+void NcclTransport::scale(void* buf, size_t count, DType t, double factor) {
+  if (count == 0 || factor == 1.0) return;
+  cuda_check(scale_on_device(buf, count, t, factor, stream_), "the scale kernel launch");
+  sync("the scale kernel");
+}
+
+namespace {
+struct DeviceBlock {
+  void* data = nullptr;
+  std::vector<int64_t> shape;
+  int device = 0;
+};
+}  // namespace
+
+Tensor NcclTransport::allocate(const Shape& shape, DType t) {
+  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);
+  auto block = std::make_unique<DeviceBlock>();
+  block->shape = shape;
+  block->device = device_;
+  if (bytes) {
+    cudaError_t rc = cudaMalloc(&block->data, bytes);
+    if (rc == cudaErrorMemoryAllocation)
+      fail(Code::kOutOfMemory, "cudaMalloc of ", bytes, " bytes on cuda:", device_, " failed: out of device memory");
+    cuda_check(rc, "cudaMalloc");
+  }
+  auto* managed = new DLManagedTensor{};
+  managed->dl_tensor.data = block->data;
+  managed->dl_tensor.device = {kDLCUDA, device_};
+  managed->dl_tensor.ndim = static_cast<int>(block->shape.size());
+  managed->dl_tensor.dtype = to_dlpack(t);
+  managed->dl_tensor.shape = block->shape.data();
+  managed->dl_tensor.strides = nullptr;
+  managed->dl_tensor.byte_offset = 0;
+  managed->manager_ctx = block.release();
+  managed->deleter = [](DLManagedTensor* m) {
+    auto* b = static_cast<DeviceBlock*>(m->manager_ctx);
+    if (b->data) cudaFree(b->data);
+    delete b;
+    delete m;
+  };
+  try {
+    return Tensor::from_dlpack(managed);
+  } catch (...) {
+    managed->deleter(managed);
+    throw;
+  }
 }
 
 }  // namespace cohort::comm

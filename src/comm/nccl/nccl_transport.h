@@ -1,6 +1,7 @@
 // The NCCL transport: device memory, one NCCL communicator per engine, its unique id
 // broadcast over MPI. Negotiation stays on MPI (host memory); only the data plane
-// runs on the GPU, on one stream that each call synchronises before returning.
+// runs on the GPU, on one stream that each call synchronises before returning. Zero-size
+// blocks are skipped (every rank knows the sizes, so the skips agree).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,6 +39,10 @@ class NcclTransport final : public Transport {
                       kernels::Reduce op) override;
   void barrier() override { control_->barrier(); }
   void copy(void* dst, const void* src, size_t bytes, Device d) override;
+  // Device memory (cudaMalloc, freed when the last view goes) on this transport's GPU.
+  Tensor allocate(const Shape& shape, DType t) override;
+  void zero(void* buf, size_t bytes) override;
+  void scale(void* buf, size_t count, DType t, double factor) override;
   void abort_waits() override;
 
  private:

@@ -29,7 +29,12 @@ static DLTensor f32_tensor(void) {
 
 static int setup(void** state) {
   (void)state;
-  return cohort_runtime_create(NULL, &g_rt) == COHORT_OK ? 0 : -1;
+  /* device=cpu: the same device-tensor error on machines with and without a GPU. */
+  cohort_config_t* cfg = NULL;
+  if (cohort_config_create(&cfg) != COHORT_OK || cohort_config_set(cfg, "device", "cpu") != COHORT_OK) return -1;
+  cohort_status_t s = cohort_runtime_create(cfg, &g_rt);
+  cohort_config_destroy(cfg);
+  return s == COHORT_OK ? 0 : -1;
 }
 
 static int teardown(void** state) {
@@ -90,8 +95,15 @@ static void test_bad_tensors(void** state) {
   expect_error(cohort_allreduce(g_rt, "strided", &t, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "not contiguous");
   t = f32_tensor();
   t.device.device_type = kDLCUDA;
-  cohort_status_t s = cohort_allreduce(g_rt, "device", &t, NULL, NULL);
-  assert_true(s == COHORT_ERR_UNSUPPORTED || s == COHORT_ERR_INVALID_ARGUMENT);
+  expect_error(cohort_allreduce(g_rt, "device", &t, NULL, NULL), COHORT_ERR_UNSUPPORTED,
+               "'device': the tensor is in CUDA memory (cuda:0)");
+  /* What would work: a GPU runtime (CUDA builds) or a CUDA build; host memory always. */
+  assert_true(strstr(cohort_last_error(), "device=cpu") != NULL ||
+              strstr(cohort_last_error(), "built without CUDA") != NULL);
+  assert_non_null(strstr(cohort_last_error(), "host memory"));
+  DLManagedTensor* gathered = NULL;
+  expect_error(cohort_allgather(g_rt, "device.rows", &t, &gathered), COHORT_ERR_UNSUPPORTED, "'device.rows'");
+  assert_null(gathered);
   t = f32_tensor();
   DLTensor out = f32_tensor();
   int64_t other[2] = {2, 3};

@@ -325,6 +325,148 @@ void test_join(cohort_runtime_t* rt) {
   CHECK(last >= 0 && last != 1, "last joined %d", last);
 }
 
+// One step of every collective; active(r) says whether rank r still submits (the
+// others have joined). References are computed here from value().
+template <typename Active>
+void every_op_step(cohort_runtime_t* rt, Active active, int step) {
+  // allreduce: joined ranks add zeros.
+  Buffer ar(kF32, {5});
+  for (int64_t k = 0; k < 5; ++k) put(ar, k, value(g_rank, k, false));
+  OK(cohort_allreduce(rt, "jo.allreduce", &ar.t, nullptr, nullptr));
+  for (int64_t k = 0; k < 5; ++k) {
+    double e = 0;
+    for (int r = 0; r < g_size; ++r)
+      if (active(r)) e += value(r, k, false);
+    CHECK(at(ar.t, k) == e, "join step %d allreduce element %lld: %g != %g", step, static_cast<long long>(k),
+          at(ar.t, k), e);
+  }
+  // allgather: rank r gives r + 1 rows of 2; joined ranks none.
+  {
+    Buffer b(kF64, {g_rank + 1, 2});
+    for (int64_t k = 0; k < b.numel(); ++k) put(b, k, value(g_rank, k, true));
+    DLManagedTensor* res = nullptr;
+    OK(cohort_allgather(rt, "jo.allgather", &b.t, &res));
+    if (res) {
+      int64_t rows = 0;
+      for (int r = 0; r < g_size; ++r) rows += active(r) ? r + 1 : 0;
+      CHECK(res->dl_tensor.shape[0] == rows, "join step %d allgather rows %lld != %lld", step,
+            static_cast<long long>(res->dl_tensor.shape[0]), static_cast<long long>(rows));
+      int64_t off = 0;
+      for (int r = 0; r < g_size && res->dl_tensor.shape[0] == rows; ++r)
+        for (int64_t k = 0; active(r) && k < (r + 1) * 2; ++k, ++off)
+          CHECK(at(res->dl_tensor, off) == value(r, k, true), "join step %d allgather element %lld", step,
+                static_cast<long long>(off));
+      res->deleter(res);
+    }
+  }
+  // broadcast from rank 0, which joins last.
+  {
+    Buffer b(kI32, {4});
+    for (int64_t k = 0; k < 4; ++k) put(b, k, value(g_rank, k, false));
+    OK(cohort_broadcast(rt, "jo.broadcast", &b.t, nullptr, 0));
+    for (int64_t k = 0; k < 4; ++k) CHECK(at(b.t, k) == value(0, k, false), "join step %d broadcast", step);
+  }
+  // reducescatter (sum) of 7 rows: joined ranks add zeros.
+  {
+    Buffer b(kF32, {7, 2});
+    for (int64_t k = 0; k < 14; ++k) put(b, k, value(g_rank, k, false));
+    DLManagedTensor* res = nullptr;
+    OK(cohort_reducescatter(rt, "jo.reducescatter", &b.t, COHORT_REDUCE_SUM, &res));
+    if (res) {
+      int64_t first = 0;
+      for (int r = 0; r < g_rank; ++r) first += 7 / g_size + (r < 7 % g_size ? 1 : 0);
+      int64_t rows = 7 / g_size + (g_rank < 7 % g_size ? 1 : 0);
+      CHECK(res->dl_tensor.shape[0] == rows, "join step %d reducescatter rows", step);
+      for (int64_t k = 0; k < rows * 2 && res->dl_tensor.shape[0] == rows; ++k) {
+        double e = 0;
+        for (int r = 0; r < g_size; ++r)
+          if (active(r)) e += value(r, first * 2 + k, false);
+        CHECK(at(res->dl_tensor, k) == e, "join step %d reducescatter element %lld: %g != %g", step,
+              static_cast<long long>(k), at(res->dl_tensor, k), e);
+      }
+      res->deleter(res);
+    }
+  }
+  // alltoall: rank s sends d + 1 rows to rank d holding s * 100 + d * 10 + j; blocks
+  // from and to joined ranks are empty.
+  {
+    std::vector<int64_t> splits;
+    int64_t rows = 0;
+    for (int d = 0; d < g_size; ++d) {
+      splits.push_back(d + 1);
+      rows += d + 1;
+    }
+    Buffer b(kI64, {rows, 1});
+    int64_t row = 0;
+    for (int d = 0; d < g_size; ++d)
+      for (int j = 0; j <= d; ++j, ++row) reinterpret_cast<int64_t*>(b.bytes.data())[row] = g_rank * 100 + d * 10 + j;
+    DLManagedTensor* res = nullptr;
+    std::vector<int64_t> recv(static_cast<size_t>(g_size), -1);
+    OK(cohort_alltoall(rt, "jo.alltoall", &b.t, splits.data(), &res, recv.data()));
+    if (res) {
+      int64_t off = 0;
+      for (int s = 0; s < g_size; ++s) {
+        int64_t expect_rows = active(s) ? g_rank + 1 : 0;
+        CHECK(recv[static_cast<size_t>(s)] == expect_rows, "join step %d alltoall rows from %d: %lld", step, s,
+              static_cast<long long>(recv[static_cast<size_t>(s)]));
+        for (int64_t j = 0; j < expect_rows; ++j, ++off)
+          CHECK(static_cast<const int64_t*>(res->dl_tensor.data)[off] == s * 100 + g_rank * 10 + j,
+                "join step %d alltoall element %lld", step, static_cast<long long>(off));
+      }
+      CHECK(res->dl_tensor.shape[0] == off, "join step %d alltoall rows", step);
+      res->deleter(res);
+    }
+  }
+  // barrier: joined ranks count as arrived.
+  OK(cohort_barrier(rt));
+}
+
+// Every collective while some ranks have joined: rank 1 stops after 1 step, rank 2
+// (np 3) after 2, rank 0 after 3.
+void test_join_every_op(cohort_runtime_t* rt) {
+  auto steps_of = [](int r) { return r == 0 ? 3 : r; };
+  for (int step = 0; step < steps_of(g_rank); ++step)
+    every_op_step(
+        rt, [&](int r) { return step < steps_of(r); }, step);
+  int last = -1;
+  OK(cohort_join(rt, &last));
+  CHECK(last == 0, "last joined %d, expected 0", last);
+  every_op_step(
+      rt, [](int) { return true; }, 99);
+  // A broadcast whose root has joined fails on every other rank, naming it.
+  if (g_rank == g_size - 1) {
+    OK(cohort_join(rt, &last));
+  } else {
+    Buffer b(kF32, {3});
+    cohort_status_t s = cohort_broadcast(rt, "jo.from_joined", &b.t, nullptr, g_size - 1);
+    CHECK(s == COHORT_ERR_MISMATCH, "broadcast from a joined root returned %d", static_cast<int>(s));
+    std::string msg = cohort_last_error();
+    CHECK(msg.find("'jo.from_joined'") != std::string::npos && msg.find("root rank") != std::string::npos,
+          "message: %s", msg.c_str());
+    OK(cohort_join(rt, &last));
+  }
+  CHECK(last >= 0 && last < g_size - 1, "last joined %d", last);
+}
+
+// A CUDA tensor on a runtime without a usable GPU (no GPU here, or a build without
+// CUDA/NCCL) is refused at submission with an error naming the tensor and what works.
+void test_device_tensor_without_gpu(cohort_runtime_t* rt) {
+  char device[32] = {0};
+  OK(cohort_runtime_device(rt, device, sizeof device, nullptr));
+  if (std::string(device).rfind("cuda", 0) == 0) return;  // a GPU runtime: the gpu tests cover it
+  Buffer b(kF32, {4});
+  b.t.device = {kDLCUDA, 0};
+  cohort_status_t s = cohort_allreduce(rt, "on.gpu", &b.t, nullptr, nullptr);
+  CHECK(s == COHORT_ERR_UNSUPPORTED, "device tensor without a GPU returned %d", static_cast<int>(s));
+  std::string msg = cohort_last_error();
+  CHECK(msg.find("'on.gpu': the tensor is in CUDA memory (cuda:0)") != std::string::npos, "message: %s", msg.c_str());
+  CHECK(msg.find("host memory") != std::string::npos, "message: %s", msg.c_str());
+  CHECK(msg.find("no GPU is usable") != std::string::npos || msg.find("built without CUDA") != std::string::npos ||
+            msg.find("device=cpu") != std::string::npos,
+        "message: %s", msg.c_str());
+  OK(cohort_barrier(rt));  // the engine goes on
+}
+
 void test_stall_shutdown() {
   cohort_runtime_t* rt = make_runtime({{"stall_shutdown_s", "0.5"}, {"stall_warning_s", "0.2"}});
   if (g_rank == 0) {
@@ -374,6 +516,8 @@ int main(int argc, char** argv) {
   test_mismatch(rt);
   test_every_op_and_dtype(rt);
   test_join(rt);
+  test_join_every_op(rt);
+  test_device_tensor_without_gpu(rt);
   cohort_runtime_destroy(rt);
   test_stall_shutdown();
   test_timeline(std::string(argc > 1 ? argv[1] : "/tmp") + "/cohort_comm_timeline_" + std::to_string(g_size) + ".json");

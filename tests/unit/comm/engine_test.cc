@@ -32,6 +32,22 @@ void run_ranks(int n, const EngineOptions& options, const std::function<void(Eng
   for (auto& t : threads) t.join();
 }
 
+// run_ranks with a device transport factory per rank.
+void run_ranks_with_device(int n, const std::function<DeviceTransportFactory(int)>& device,
+                           const std::function<void(Engine&, int)>& fn) {
+  auto world = std::make_shared<LocalWorld>(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      EngineOptions o;
+      o.cycle_time_ms = 0.5;
+      Engine engine(std::make_unique<LocalTransport>(world, r), o, {}, device(r));
+      fn(engine, r);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
 EngineOptions fast_options() {
   EngineOptions o;
   o.cycle_time_ms = 0.5;
@@ -401,6 +417,144 @@ TEST(CommEngine, JoinLetsARankWithFewerStepsFinish) {
   });
 }
 
+// One step of every collective on `rank`; `active[r]` says which ranks still submit
+// (the others have joined). Results are checked against references computed here.
+void every_op_step(Engine& engine, int rank, int n, const std::vector<bool>& active, int step) {
+  SCOPED_TRACE(cat("rank ", rank, " step ", step));
+  // allreduce: the joined ranks add zeros.
+  Tensor ar = filled(DType::kF32, {6}, rank);
+  ASSERT_TRUE(engine.submit(allreduce("j.allreduce", ar))->wait().is_ok());
+  for (int64_t k = 0; k < 6; ++k) {
+    double expect = 0;
+    for (int r = 0; r < n; ++r)
+      if (active[static_cast<size_t>(r)]) expect += value(r, k, false);
+    ASSERT_EQ(get(ar, k), expect);
+  }
+  // allgather: rank r gives r + 1 rows; the joined ranks none.
+  TensorEntry g;
+  g.name = "j.allgather";
+  g.type = OpType::kAllgather;
+  g.input = Tensor::empty({rank + 1, 2}, DType::kI32);
+  for (int64_t i = 0; i < g.input.numel(); ++i) g.input.data_as<int32_t>()[i] = static_cast<int32_t>(rank * 100 + i);
+  auto gr = engine.submit(g);
+  ASSERT_TRUE(gr->wait().is_ok()) << gr->status().message();
+  {
+    std::vector<int32_t> expect;
+    for (int r = 0; r < n; ++r)
+      if (active[static_cast<size_t>(r)])
+        for (int i = 0; i < (r + 1) * 2; ++i) expect.push_back(r * 100 + i);
+    Tensor out = gr->output();
+    ASSERT_EQ(out.numel(), static_cast<int64_t>(expect.size()));
+    for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(out.data_as<int32_t>()[i], expect[i]);
+  }
+  // broadcast from rank 0 (which never joins early here).
+  TensorEntry b;
+  b.name = "j.broadcast";
+  b.type = OpType::kBroadcast;
+  b.root = 0;
+  b.input = filled(DType::kF64, {4}, rank);
+  ASSERT_TRUE(engine.submit(b)->wait().is_ok());
+  for (int64_t k = 0; k < 4; ++k) ASSERT_EQ(get(b.input, k), value(0, k, false));
+  // reducescatter with a prescale: the joined ranks add zeros; 5 rows over n ranks.
+  TensorEntry rs;
+  rs.name = "j.reducescatter";
+  rs.type = OpType::kReducescatter;
+  rs.prescale = 2.0;
+  rs.input = filled(DType::kF32, {5, 2}, rank);
+  auto rr = engine.submit(rs);
+  ASSERT_TRUE(rr->wait().is_ok()) << rr->status().message();
+  {
+    int64_t first = 0, rows = 5 / n + (rank < 5 % n ? 1 : 0);
+    for (int q = 0; q < rank; ++q) first += 5 / n + (q < 5 % n ? 1 : 0);
+    Tensor out = rr->output();
+    ASSERT_EQ(out.dim(0), rows);
+    for (int64_t i = 0; i < rows * 2; ++i) {
+      double expect = 0;
+      for (int r = 0; r < n; ++r)
+        if (active[static_cast<size_t>(r)]) expect += 2.0 * value(r, first * 2 + i, false);
+      ASSERT_EQ(get(out, i), expect) << "element " << i;
+    }
+  }
+  // alltoall: rank s sends q + 1 rows to rank q, row j of that block holds
+  // s * 100 + q * 10 + j; blocks from or to joined ranks are empty.
+  TensorEntry a;
+  a.name = "j.alltoall";
+  a.type = OpType::kAlltoall;
+  int64_t total = 0;
+  for (int q = 0; q < n; ++q) {
+    a.splits.push_back(q + 1);
+    total += q + 1;
+  }
+  a.input = Tensor::empty({total, 1}, DType::kI64);
+  for (int q = 0, row = 0; q < n; ++q)
+    for (int j = 0; j <= q; ++j, ++row) a.input.data_as<int64_t>()[row] = rank * 100 + q * 10 + j;
+  auto atr = engine.submit(a);
+  ASSERT_TRUE(atr->wait().is_ok()) << atr->status().message();
+  {
+    std::vector<int64_t> expect, splits;
+    for (int s = 0; s < n; ++s) {
+      bool on = active[static_cast<size_t>(s)];
+      splits.push_back(on ? rank + 1 : 0);
+      if (on)
+        for (int j = 0; j <= rank; ++j) expect.push_back(s * 100 + rank * 10 + j);
+    }
+    EXPECT_EQ(atr->recv_splits(), splits);
+    Tensor out = atr->output();
+    ASSERT_EQ(out.numel(), static_cast<int64_t>(expect.size()));
+    for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(out.data_as<int64_t>()[i], expect[i]);
+  }
+  // barrier: the joined ranks count as arrived.
+  ASSERT_TRUE(engine.barrier()->wait().is_ok());
+}
+
+TEST(CommEngine, JoinedRankTakesPartInEveryCollective) {
+  for (int n : {2, 3}) {
+    run_ranks(n, fast_options(), [&](Engine& engine, int rank) {
+      // rank 1 runs out of data after 2 steps, rank 2 (n = 3) after 3, rank 0 does 5.
+      int steps = rank == 0 ? 5 : rank + 1;
+      for (int step = 0; step < steps; ++step) {
+        std::vector<bool> active(static_cast<size_t>(n));
+        for (int r = 0; r < n; ++r) active[static_cast<size_t>(r)] = step < (r == 0 ? 5 : r + 1);
+        every_op_step(engine, rank, n, active, step);
+        if (testing::Test::HasFatalFailure()) return;
+      }
+      auto j = engine.join();
+      ASSERT_TRUE(j->wait().is_ok()) << j->status().message();
+      EXPECT_EQ(j->join_last_rank(), 0);  // rank 0 had the most steps
+      // Afterwards every rank takes part with data again, barriers included.
+      std::vector<bool> all(static_cast<size_t>(n), true);
+      every_op_step(engine, rank, n, all, 100);
+      ASSERT_TRUE(engine.barrier()->wait().is_ok());
+    });
+  }
+}
+
+TEST(CommEngine, BroadcastFromAJoinedRootFailsOnEveryRank) {
+  run_ranks(3, fast_options(), [&](Engine& engine, int rank) {
+    if (rank == 2) {
+      auto j = engine.join();
+      ASSERT_TRUE(j->wait().is_ok()) << j->status().message();
+      return;
+    }
+    TensorEntry b;
+    b.name = "from.joined";
+    b.type = OpType::kBroadcast;
+    b.root = 2;
+    b.input = filled(DType::kF32, {3}, rank);
+    Status s = engine.submit(b)->wait();
+    EXPECT_EQ(s.code(), Code::kMismatch);
+    EXPECT_NE(s.message().find("'from.joined'"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("root rank 2 has joined"), std::string::npos) << s.message();
+    // The failure leaves the engine usable: the others still broadcast among themselves.
+    b.name = "from.zero";
+    b.root = 0;
+    ASSERT_TRUE(engine.submit(b)->wait().is_ok());
+    EXPECT_EQ(get(b.input, 1), value(0, 1, false));
+    auto j = engine.join();
+    ASSERT_TRUE(j->wait().is_ok()) << j->status().message();
+  });
+}
+
 TEST(CommEngine, StallShutdownFailsTheWithheldCollectiveAndReportsIt) {
   EngineOptions o = fast_options();
   o.stall_warning_s = 0.2;
@@ -487,6 +641,250 @@ TEST(CommEngine, BadArgumentsFailAtSubmit) {
       EXPECT_EQ(err.code(), Code::kInvalidArgument);
     }
   });
+}
+
+// ---------------------------------------------------------------- device transport
+
+const Device kGpu0{Device::Kind::kCuda, 0};
+
+// Stands in for NCCL on a machine without a GPU: "device" tensors are host memory
+// labelled cuda:0, moved by a LocalTransport of a world of their own. Counts the data
+// calls, so a test sees which transport ran what.
+class FakeDeviceTransport final : public Transport {
+ public:
+  FakeDeviceTransport(std::shared_ptr<LocalWorld> world, int rank, std::atomic<int>* calls)
+      : inner_(std::move(world), rank), calls_(calls) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const char* name() const override { return "fake-device"; }
+  bool supports(Device d) const override { return d.kind == Device::Kind::kCuda; }
+  void and_words(std::vector<uint64_t>& words) override { inner_.and_words(words); }
+  std::vector<std::string> allgather_bytes(const std::string& mine) override { return inner_.allgather_bytes(mine); }
+  void allreduce(void* buf, size_t count, DType t, kernels::Reduce op) override {
+    ++*calls_;
+    inner_.allreduce(buf, count, t, op);
+  }
+  void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) override {
+    ++*calls_;
+    inner_.allgatherv(send, recv, bytes);
+  }
+  void broadcast(void* buf, size_t bytes, int root) override {
+    ++*calls_;
+    inner_.broadcast(buf, bytes, root);
+  }
+  void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                 const std::vector<size_t>& recv_bytes) override {
+    ++*calls_;
+    inner_.alltoallv(send, send_bytes, recv, recv_bytes);
+  }
+  void reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType t,
+                      kernels::Reduce op) override {
+    ++*calls_;
+    inner_.reduce_scatter(send, recv, counts, t, op);
+  }
+  void barrier() override { inner_.barrier(); }
+
+ private:
+  LocalTransport inner_;
+  std::atomic<int>* calls_;
+};
+
+// A host tensor relabelled as living on cuda:0 (its memory stays owned by `host`).
+Tensor on_gpu(const Tensor& host) { return Tensor::wrap(host.data(), host.shape(), host.dtype(), kGpu0); }
+
+TEST(CommEngine, DeviceTensorWithoutADeviceTransportIsAClearError) {
+  auto world = std::make_shared<LocalWorld>(1);
+  DeviceTransportFactory none;
+  none.unavailable = "no GPU is usable on this rank; copy the tensor to host memory";
+  Engine engine(std::make_unique<LocalTransport>(world, 0), fast_options(), {}, none);
+  Tensor host = filled(DType::kF32, {4}, 0);
+  for (OpType type : {OpType::kAllreduce, OpType::kBroadcast, OpType::kAllgather, OpType::kReducescatter}) {
+    TensorEntry e;
+    e.name = cat("dev.", op_type_name(type));
+    e.type = type;
+    e.input = on_gpu(host);
+    try {
+      engine.submit(e);
+      ADD_FAILURE() << "no error for a device tensor in " << op_type_name(type);
+    } catch (const Error& err) {
+      EXPECT_EQ(err.code(), Code::kUnsupported);
+      std::string m = err.what();
+      EXPECT_NE(m.find("'" + e.name + "'"), std::string::npos) << m;
+      EXPECT_NE(m.find("CUDA memory (cuda:0)"), std::string::npos) << m;
+      EXPECT_NE(m.find("copy the tensor to host memory"), std::string::npos) << m;
+    }
+  }
+  // Host tensors still work on the same engine.
+  ASSERT_TRUE(engine.submit(allreduce("host", host))->wait().is_ok());
+}
+
+TEST(CommEngine, DeviceTensorOnAnotherGpuIsRejected) {
+  auto world = std::make_shared<LocalWorld>(1);
+  auto dev_world = std::make_shared<LocalWorld>(1);
+  std::atomic<int> calls{0};
+  DeviceTransportFactory f;
+  f.device = kGpu0;
+  f.create = [&] { return std::make_unique<FakeDeviceTransport>(dev_world, 0, &calls); };
+  Engine engine(std::make_unique<LocalTransport>(world, 0), fast_options(), {}, f);
+  Tensor host = filled(DType::kF32, {4}, 0);
+  try {
+    engine.submit(allreduce("gpu1", Tensor::wrap(host.data(), {4}, DType::kF32, {Device::Kind::kCuda, 1})));
+    ADD_FAILURE() << "no error for a tensor on cuda:1";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), Code::kUnsupported);
+    EXPECT_NE(std::string(err.what()).find("'gpu1': the tensor is on cuda:1"), std::string::npos) << err.what();
+  }
+}
+
+TEST(CommEngine, DeviceTensorsRunOnTheDeviceTransportAndHostTensorsDoNot) {
+  const int n = 3;
+  auto dev_world = std::make_shared<LocalWorld>(n);
+  std::atomic<int> created{0};
+  std::vector<std::atomic<int>> calls(n);
+  run_ranks_with_device(
+      n,
+      [&](int rank) {
+        DeviceTransportFactory f;
+        f.device = kGpu0;
+        f.create = [&, rank] {
+          ++created;
+          return std::make_unique<FakeDeviceTransport>(dev_world, rank, &calls[static_cast<size_t>(rank)]);
+        };
+        return f;
+      },
+      [&](Engine& engine, int rank) {
+        // Rank 2 runs out of data after the first step and joins.
+        int steps = rank == 2 ? 1 : 3;
+        for (int step = 0; step < steps; ++step) {
+          SCOPED_TRACE(cat("rank ", rank, " step ", step));
+          auto active = [&](int r) { return r != 2 || step < 1; };
+          int before = calls[static_cast<size_t>(rank)];
+          // Host allreduce: the host transport, never the device one.
+          Tensor h = filled(DType::kF32, {5}, rank);
+          ASSERT_TRUE(engine.submit(allreduce("host", h))->wait().is_ok());
+          EXPECT_EQ(calls[static_cast<size_t>(rank)], before);
+          // Device allreduce with average and scales, f32 and f16 (no fusion: one call each).
+          for (DType t : {DType::kF32, DType::kF16}) {
+            Tensor x = filled(t, {7}, rank);
+            TensorEntry e = allreduce(cat("dev.avg.", dtype_name(t)), on_gpu(x), ReduceOp::kAverage);
+            e.prescale = 2.0;
+            e.postscale = 0.5;
+            ASSERT_TRUE(engine.submit(e)->wait().is_ok());
+            for (int64_t k = 0; k < 7; ++k) {
+              double expect = 0;
+              for (int r = 0; r < n; ++r)
+                if (active(r)) expect += 2.0 * value(r, k, false);
+              expect = expect / n * 0.5;
+              ASSERT_NEAR(get(x, k), expect, t == DType::kF16 ? 2e-3 : 1e-6) << dtype_name(t) << " element " << k;
+            }
+          }
+          // Device broadcast, allgather, reducescatter (6 rows: divisible by 3), alltoall.
+          Tensor b = filled(DType::kI32, {3}, rank);
+          TensorEntry be;
+          be.name = "dev.bcast";
+          be.type = OpType::kBroadcast;
+          be.root = 1;
+          be.input = on_gpu(b);
+          ASSERT_TRUE(engine.submit(be)->wait().is_ok());
+          for (int64_t k = 0; k < 3; ++k) ASSERT_EQ(get(b, k), value(1, k, false));
+          Tensor g = filled(DType::kF32, {1, 2}, rank);
+          TensorEntry ge;
+          ge.name = "dev.gather";
+          ge.type = OpType::kAllgather;
+          ge.input = on_gpu(g);
+          auto gr = engine.submit(ge);
+          ASSERT_TRUE(gr->wait().is_ok());
+          int active_count = 0;
+          for (int r = 0; r < n; ++r) active_count += active(r) ? 1 : 0;
+          ASSERT_EQ(gr->output().dim(0), active_count);
+          Tensor rs = filled(DType::kF32, {6, 1}, rank);
+          TensorEntry re;
+          re.name = "dev.rs";
+          re.type = OpType::kReducescatter;
+          re.input = on_gpu(rs);
+          auto rr = engine.submit(re);
+          ASSERT_TRUE(rr->wait().is_ok()) << rr->status().message();
+          for (int64_t k = 0; k < 2; ++k) {
+            double expect = 0;
+            for (int r = 0; r < n; ++r)
+              if (active(r)) expect += value(r, rank * 2 + k, false);
+            ASSERT_EQ(get(rr->output(), k), expect);
+          }
+          Tensor a = filled(DType::kF32, {3, 1}, rank);
+          TensorEntry ae;
+          ae.name = "dev.a2a";
+          ae.type = OpType::kAlltoall;
+          ae.input = on_gpu(a);
+          auto ar = engine.submit(ae);
+          ASSERT_TRUE(ar->wait().is_ok()) << ar->status().message();
+          std::vector<int64_t> splits;
+          for (int r = 0; r < n; ++r) splits.push_back(active(r) ? 1 : 0);
+          EXPECT_EQ(ar->recv_splits(), splits);
+          EXPECT_EQ(calls[static_cast<size_t>(rank)], before + 6);  // 2 allreduces + 4 others
+        }
+        auto j = engine.join();
+        ASSERT_TRUE(j->wait().is_ok()) << j->status().message();
+      });
+  EXPECT_EQ(created, n);  // once per rank
+}
+
+TEST(CommEngine, DeviceCollectiveFailsOnEveryRankWhenSomeRankHasNoDeviceTransport) {
+  const int n = 3;
+  auto dev_world = std::make_shared<LocalWorld>(n);
+  std::atomic<int> calls{0};
+  run_ranks_with_device(
+      n,
+      [&](int rank) {
+        DeviceTransportFactory f;
+        f.device = kGpu0;
+        if (rank == 1) {
+          f.unavailable = "no GPU is usable on this rank";
+        } else {
+          f.create = [&, rank] { return std::make_unique<FakeDeviceTransport>(dev_world, rank, &calls); };
+        }
+        return f;
+      },
+      [&](Engine& engine, int rank) {
+        if (rank == 1) {  // has no GPU and no data: joins at once
+          ASSERT_TRUE(engine.join()->wait().is_ok());
+          return;
+        }
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          Tensor x = filled(DType::kF32, {4}, rank);
+          Status s = engine.submit(allreduce("dev.x", on_gpu(x)))->wait();
+          EXPECT_EQ(s.code(), Code::kUnsupported);
+          EXPECT_NE(s.message().find("'dev.x'"), std::string::npos) << s.message();
+          EXPECT_NE(s.message().find("rank 1: no GPU is usable on this rank"), std::string::npos) << s.message();
+        }
+        // Host collectives go on.
+        Tensor h = filled(DType::kF32, {4}, rank);
+        ASSERT_TRUE(engine.submit(allreduce("host", h))->wait().is_ok());
+        ASSERT_TRUE(engine.join()->wait().is_ok());
+      });
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(CommEngine, HostOnOneRankAndDeviceOnAnotherIsAMismatchOnEveryRank) {
+  const int n = 2;
+  auto dev_world = std::make_shared<LocalWorld>(n);
+  std::atomic<int> calls{0};
+  run_ranks_with_device(
+      n,
+      [&](int rank) {
+        DeviceTransportFactory f;
+        f.device = kGpu0;
+        f.create = [&, rank] { return std::make_unique<FakeDeviceTransport>(dev_world, rank, &calls); };
+        return f;
+      },
+      [&](Engine& engine, int rank) {
+        Tensor x = filled(DType::kF32, {4}, rank);
+        Status s = engine.submit(allreduce("mixed", rank == 0 ? on_gpu(x) : x))->wait();
+        EXPECT_EQ(s.code(), Code::kMismatch);
+        EXPECT_NE(s.message().find("rank 0: allreduce sum f32[4] on cuda; rank 1: allreduce sum f32[4]"),
+                  std::string::npos)
+            << s.message();
+      });
+  EXPECT_EQ(calls, 0);
 }
 
 TEST(CommEngine, SameNameTwiceWhilePendingFailsTheSecond) {
