@@ -135,7 +135,10 @@ COHORT_API cohort_status_t cohort_optimizer_create(cohort_model_t* model, const 
     const int64_t passes = o->config.get_int("backward_passes_per_step");
     o->global_batch = o->config.get_int("batch_size") * model->runtime->size() * passes;
     o->optimizer = std::make_unique<Optimizer>(OptimizerOptions::from_config(o->config));
-    o->comm = std::make_unique<EngineCollectives>(model->runtime->engine(), "grad/");
+    // Two optimizers on one runtime must not share collective names.
+    const int index = model->runtime->next_optimizer_index();
+    o->comm = std::make_unique<EngineCollectives>(model->runtime->engine(),
+                                                  index == 0 ? std::string("grad/") : cat("grad", index, "/"));
     if (!model->graph->materialized()) call(cohort_model_materialize(model));
     std::vector<ParamGrad> params;
     for (const Parameter& p : model->graph->params()) params.push_back({p.name, p.value, p.grad});

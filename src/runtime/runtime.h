@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -46,6 +47,9 @@ class Runtime {
   // Host tensors run over MPI; CUDA tensors over NCCL (one communicator per runtime,
   // created at the first device collective) when the runtime's device is a GPU.
   comm::Engine& engine() { return *engine_; }
+  // 0, 1, 2, ... one per call: names the collectives of each optimizer created on this
+  // runtime apart (ranks create theirs in the same order, so the numbers agree).
+  int next_optimizer_index() { return optimizers_created_++; }
 
  private:
   void choose_device();
@@ -62,6 +66,7 @@ class Runtime {
   std::string cuda_why_;                       // why no GPU is usable (probe), if none
   MPI_Comm device_bootstrap_ = MPI_COMM_NULL;  // the engine thread's: NCCL id exchange
   std::unique_ptr<comm::Engine> engine_;
+  std::atomic<int> optimizers_created_{0};
 };
 
 }  // namespace cohort

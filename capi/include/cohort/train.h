@@ -67,7 +67,9 @@ typedef struct cohort_optimizer_t cohort_optimizer_t;
  *               (cohort_optimizer_destroy()); NULL on failure.
  * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT naming a bad option;
  *         ::COHORT_ERR_UNSUPPORTED when the precision cannot run on this device.
- * Not collective. Not thread-safe with other calls on the same model.
+ * Not collective, but every rank must create the optimizers of a runtime in the same
+ * order: their collectives are named by creation order ("grad/…", "grad1/…", …).
+ * Not thread-safe with other calls on the same model.
  */
 COHORT_API cohort_status_t cohort_optimizer_create(cohort_model_t* model, const cohort_config_t* config,
                                                    cohort_optimizer_t** out);

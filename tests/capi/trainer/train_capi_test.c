@@ -277,6 +277,45 @@ static void io_shape(void** state) {
   cohort_config_destroy(cfg);
 }
 
+/* Two optimizers on one runtime name their collectives apart (the timeline shows them). */
+static void two_optimizers_on_one_runtime(void** state) {
+  (void)state;
+  char path[] = "/tmp/cohort_two_optimizers_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  cohort_config_t* cfg = config();
+  assert_int_equal(cohort_config_set(cfg, "timeline_file", path), COHORT_OK);
+  cohort_runtime_t* saved = g_rt;
+  assert_int_equal(cohort_runtime_create(cfg, &g_rt), COHORT_OK);
+  cohort_model_t* a = model(cfg);
+  cohort_model_t* b = model(cfg);
+  cohort_optimizer_t *oa = NULL, *ob = NULL;
+  assert_int_equal(cohort_optimizer_create(a, cfg, &oa), COHORT_OK);
+  assert_int_equal(cohort_optimizer_create(b, cfg, &ob), COHORT_OK);
+  batch_t* bt = malloc(sizeof *bt);
+  make_batch(bt, 6, 6);
+  assert_int_equal(cohort_model_train_step(a, oa, &bt->b, NULL), COHORT_OK);
+  assert_int_equal(cohort_model_train_step(b, ob, &bt->b, NULL), COHORT_OK);
+  free(bt);
+  cohort_optimizer_destroy(oa);
+  cohort_optimizer_destroy(ob);
+  cohort_model_destroy(a);
+  cohort_model_destroy(b);
+  cohort_runtime_destroy(g_rt); /* writes the timeline */
+  g_rt = saved;
+  cohort_config_destroy(cfg);
+  FILE* f = fopen(path, "r");
+  assert_non_null(f);
+  static char text[1 << 20];
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  unlink(path);
+  if (!strstr(text, "\"grad/fc.weight\"") || !strstr(text, "\"grad1/fc.weight\""))
+    fail_msg("expected grad/fc.weight and grad1/fc.weight in the timeline");
+}
+
 int main(void) {
   if (cohort_runtime_create(NULL, &g_rt) != COHORT_OK) {
     fprintf(stderr, "runtime: %s\n", cohort_last_error());
@@ -288,6 +327,7 @@ int main(void) {
       cmocka_unit_test(checkpoint_round_trip_and_errors),
       cmocka_unit_test(metrics_and_summary),
       cmocka_unit_test(io_shape),
+      cmocka_unit_test(two_optimizers_on_one_runtime),
   };
   const int rc = cmocka_run_group_tests_name("capi_train", tests, NULL, NULL);
   cohort_runtime_destroy(g_rt);
