@@ -11,7 +11,7 @@ data=/usr/share/datasets/fashion-mnist
 [ -d "$data" ] || { echo "SKIP: no $data"; exit 0; }
 common=(--model=mnist_cnn --data_dir="$data" --batch_size=64 --num_epochs="$epochs" --augment=none --eval
         --display_every=200 --progress=plain --json "${extra[@]}")
-top1() { tail -n 1 | /usr/bin/python3 -c 'import json,sys; s=json.loads(sys.stdin.read()); print(f"{100*s["top1"]:.2f} {s["images_per_sec"]["mean"]:.0f}")'; }
+top1() { tail -n 1 | /usr/bin/python3 -c 'import json,sys; s=json.loads(sys.stdin.read()); print("%.2f %.0f" % (100 * s["top1"], s["images_per_sec"]["mean"]))'; }
 read -r a1 r1 < <("$cohortrun" -np 1 -- "$train" "${common[@]}" | top1)
 echo "np=1: top-1 ${a1}% after $epochs epochs (${r1} images/sec)"
 read -r a2 r2 < <("$cohortrun" -np 2 -- "$train" "${common[@]}" --lr_scaling=linear --warmup_epochs=1 | top1)
