@@ -78,9 +78,9 @@ class TFRecordSource : public Source {
     if (!out.example.has_label) fail(Code::kCorruptData, origin(index), ": the Example has no image/class/label");
     out.kind = Sample::Kind::kEncoded;
     out.encoded = out.example.image;
-    out.label = out.example.label + options_.label_offset;
     std::string problem = label_problem(out.example.label);
     if (!problem.empty()) fail(Code::kCorruptData, origin(index), ": ", problem);
+    out.label = out.example.label + options_.label_offset;
     out.boxes = out.example.boxes;
   }
 
@@ -101,25 +101,27 @@ class TFRecordSource : public Source {
   }
 
   // Why a label (as stored) is out of range after label_offset, and what would fix it;
-  // empty when it is in range.
+  // empty when it is in range. Without num_classes the bound is what an int32 batch
+  // label holds.
   std::string label_problem(int64_t stored) const {
     const int64_t offset = options_.label_offset, classes = options_.num_classes;
-    const int64_t label = stored + offset;
-    if (label >= 0 && (classes <= 0 || label < classes)) return {};
-    std::string range = classes > 0 ? cat("[0, ", classes, ")") : std::string("[0, +inf)");
-    std::string fix;
-    if (label < 0) {
-      fix = cat("labels must not be negative after label_offset; label_offset=", offset - label,
-                stored >= 0 ? " maps this label to 0" : " would make it 0 (or is the dataset's labelling different?)");
-    } else if (label == classes && offset == 0) {
-      fix = cat("labels that start at 1, as in ImageNet TFRecords, need label_offset=-1",
-                "; a model with a class 0 of its own (background) needs num_classes=", classes + 1);
-    } else {
-      fix = cat("num_classes=", classes, " is too small for this dataset (label ", label,
-                " needs num_classes=", label + 1, " or more), or data_dir / label_offset is wrong");
-    }
-    return cat("label ", stored, " as stored + label_offset ", offset, " = ", label, " is outside ", range,
-               " (num_classes ", classes, classes > 0 ? "" : ": no upper bound", "): ", fix);
+    const int64_t bound = classes > 0 ? classes : int64_t(1) << 31;
+    int64_t label = 0;
+    const bool overflow = __builtin_add_overflow(stored, offset, &label);
+    if (!overflow && label >= 0 && label < bound) return {};
+    std::string head = cat("label ", stored, " as stored + label_offset ", offset);
+    std::string range = cat("[0, ", bound, ") (num_classes ", classes, classes > 0 ? ")" : ": the int32 label range)");
+    if (overflow) return cat(head, " is outside ", range, ": not a class label");
+    head += cat(" = ", label, " is outside ", range, ": ");
+    if (label < -(int64_t(1) << 31) || label >= int64_t(1) << 31) return cat(head, "not a class label");
+    if (label < 0)
+      return cat(head, "labels must not be negative after label_offset; label_offset=", offset - label,
+                 stored >= 0 ? " maps this label to 0" : " would make it 0 (or the dataset labels differently)");
+    if (label == classes && offset == 0)
+      return cat(head, "labels that start at 1, as in ImageNet TFRecords, need label_offset=-1",
+                 "; a model with a class 0 of its own (background) needs num_classes=", classes + 1);
+    return cat(head, "num_classes=", classes, " is too small for this dataset (label ", label,
+               " needs num_classes=", label + 1, " or more), or data_dir / label_offset is wrong");
   }
 
   // What the label scan found in one shard.

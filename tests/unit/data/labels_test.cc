@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -122,6 +123,21 @@ TEST(CheckLabels, ANegativeLabelAfterTheOffsetFailsEvenWithoutNumClasses) {
     expect_contains(what, "label_offset=0");
   }
   EXPECT_EQ(open_error(source_options(dir, 0)), "");
+}
+
+TEST(CheckLabels, LabelsBeyondInt32OrThatOverflowAreNotClassLabels) {
+  for (int64_t stored : {int64_t(1) << 40, INT64_MAX, INT64_MIN}) {
+    TempDir dir;
+    TFRecordWriter w(dir / "train-0");
+    w.write(testing::image_example(testing::rgb_jpeg(8, 8), stored));
+    w.close("");
+    for (int64_t offset : {int64_t(0), int64_t(1), int64_t(-1)}) {
+      std::string what = open_error(source_options(dir, 0, offset));
+      expect_contains(what, "label " + std::to_string(stored) + " as stored");
+      expect_contains(what, "not a class label");
+      expect_contains(what, "the int32 label range");
+    }
+  }
 }
 
 TEST(CheckLabels, TheErrorNamesTheFirstBadShardWhateverTheThreadCount) {
