@@ -88,6 +88,7 @@ TEST(CheckLabels, ALabelEqualToNumClassesFailsAtCreateNamingTheRecordAndTheFix) 
     expect_contains(what, "num_classes 10");
     expect_contains(what, "label_offset=-1");
     expect_contains(what, "check_labels");
+    if (threads == 1) std::printf("the error: %s\n", what.c_str());
   }
   auto ok = open_source(source_options(dir, 10, -1));
   EXPECT_EQ(ok->size(), 10);
