@@ -256,6 +256,19 @@ void parse_image_example(std::span<const uint8_t> bytes, const std::string& orig
   }
 }
 
+bool parse_example_label(std::span<const uint8_t> bytes, const std::string& origin, int64_t* label) {
+  bool found = false;
+  Feature scratch;
+  for_each_feature(bytes, origin, [&](std::string_view name, std::span<const uint8_t> value) {
+    if (name != "image/class/label") return;
+    parse_feature(value, origin, scratch);
+    if (scratch.ints.empty()) return;
+    found = true;
+    *label = scratch.ints[0];
+  });
+  return found;
+}
+
 std::vector<uint8_t> encode_example(const Features& features, bool packed) {
   std::vector<uint8_t> feature_map;
   for (const auto& [name, feature] : features) {

@@ -28,6 +28,11 @@ struct ImageExample {
 // a well-formed Example or lack image/encoded.
 void parse_image_example(std::span<const uint8_t> bytes, const std::string& origin, ImageExample& out);
 
+// Reads only image/class/label (its first value; the last such feature wins, as in
+// parse_image_example) without looking at the image. Returns false when the Example
+// has no label; throws kCorruptData like parse_image_example for malformed bytes.
+bool parse_example_label(std::span<const uint8_t> bytes, const std::string& origin, int64_t* label);
+
 // A generic feature, for tools and tests.
 struct Feature {
   enum class Kind { kBytes, kFloat, kInt64 } kind = Kind::kBytes;

@@ -62,6 +62,10 @@ PipelineOptions pipeline_options(const Config& c, int rank, int size, int thread
   o.dct = c.get_string("jpeg_dct") == "accurate" ? JpegDct::kAccurate : JpegDct::kFast;
   o.max_pixels = static_cast<uint64_t>(c.get_int("max_image_pixels"));
   o.error_log_limit = static_cast<int>(c.get_int("error_log_limit"));
+  o.source.check_labels = c.get_string("check_labels") == "create";
+  o.source.error_log_limit = o.error_log_limit;
+  // The label scan at create runs before any reader or decoder starts: it may use both.
+  o.source.scan_threads = std::max(o.reader_threads, o.decode_threads);
   o.image_size = static_cast<int>(c.get_int("image_size"));
 
   AugmentOptions& a = o.augment;

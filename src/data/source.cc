@@ -1,10 +1,13 @@
 #include "data/source.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <limits>
 
 #include "core/logging.h"
 #include "core/status.h"
+#include "core/threads.h"
 #include "data/file.h"
 #include "data/idx.h"
 #include "data/tfrecord.h"
@@ -51,6 +54,7 @@ class TFRecordSource : public Source {
       shards_.push_back(std::move(shard));
     }
     if (total_ == 0) fail(Code::kInvalidArgument, "data_dir '", o.path, "': the TFRecord shards hold no records");
+    if (o.check_labels) scan_labels();
   }
 
   int64_t size() const override { return total_; }
@@ -74,13 +78,9 @@ class TFRecordSource : public Source {
     if (!out.example.has_label) fail(Code::kCorruptData, origin(index), ": the Example has no image/class/label");
     out.kind = Sample::Kind::kEncoded;
     out.encoded = out.example.image;
+    std::string problem = label_problem(out.example.label);
+    if (!problem.empty()) fail(Code::kCorruptData, origin(index), ": ", problem);
     out.label = out.example.label + options_.label_offset;
-    if (out.label < 0 || (options_.num_classes > 0 && out.label >= options_.num_classes))
-      fail(Code::kCorruptData, origin(index), ": label ", out.example.label, " + label_offset ", options_.label_offset,
-           " is outside [0, ", options_.num_classes > 0 ? options_.num_classes : INT64_MAX, ")",
-           options_.label_offset == 0 && out.label == options_.num_classes
-               ? " (labels that start at 1, as in ImageNet TFRecords, need label_offset=-1)"
-               : "");
     out.boxes = out.example.boxes;
   }
 
@@ -94,6 +94,129 @@ class TFRecordSource : public Source {
     size_t s = static_cast<size_t>(it - starts_.begin());
     int64_t first = s == 0 ? 0 : starts_[s - 1];
     return {s, static_cast<size_t>(index - first)};
+  }
+
+  static std::string where(const Shard& shard, size_t r) {
+    return cat("'", shard.path, "' offset ", shard.extents[r].offset, " (record ", r, ")");
+  }
+
+  // Why a label (as stored) is out of range after label_offset, and what would fix it;
+  // empty when it is in range. Without num_classes the bound is what an int32 batch
+  // label holds.
+  std::string label_problem(int64_t stored) const {
+    const int64_t offset = options_.label_offset, classes = options_.num_classes;
+    const int64_t bound = classes > 0 ? classes : int64_t(1) << 31;
+    int64_t label = 0;
+    const bool overflow = __builtin_add_overflow(stored, offset, &label);
+    if (!overflow && label >= 0 && label < bound) return {};
+    std::string head = cat("label ", stored, " as stored + label_offset ", offset);
+    std::string range = cat("[0, ", bound, ") (num_classes ", classes, classes > 0 ? ")" : ": the int32 label range)");
+    if (overflow) return cat(head, " is outside ", range, ": not a class label");
+    head += cat(" = ", label, " is outside ", range, ": ");
+    if (label < -(int64_t(1) << 31) || label >= int64_t(1) << 31) return cat(head, "not a class label");
+    if (label < 0)
+      return cat(head, "labels must not be negative after label_offset; label_offset=", offset - label,
+                 stored >= 0 ? " maps this label to 0" : " would make it 0 (or the dataset labels differently)");
+    if (label == classes && offset == 0)
+      return cat(head, "labels that start at 1, as in ImageNet TFRecords, need label_offset=-1",
+                 "; a model with a class 0 of its own (background) needs num_classes=", classes + 1);
+    return cat(head, "num_classes=", classes, " is too small for this dataset (label ", label,
+               " needs num_classes=", label + 1, " or more), or data_dir / label_offset is wrong");
+  }
+
+  // What the label scan found in one shard.
+  struct ShardScan {
+    bool failed = false;  // stop: code and message are the error to report
+    Code code = Code::kOk;
+    std::string message;
+    int64_t corrupt = 0;  // skipped under on_error=skip
+    std::vector<std::string> logged;
+  };
+
+  // Reads the labels of shard s, stopping at the first failure or once an earlier shard
+  // has failed (its error is the one reported).
+  ShardScan scan_shard(size_t s, const std::atomic<size_t>& first_failed) const {
+    const Shard& shard = shards_[s];
+    const size_t limit = static_cast<size_t>(std::max(0, options_.error_log_limit));
+    ShardScan out;
+    auto stop = [&](Code code, std::string message) {
+      out.failed = true;
+      out.code = code;
+      out.message = std::move(message);
+      return out;
+    };
+    try {
+      File file(shard.path);
+      std::vector<uint8_t> buf;
+      for (size_t r = 0; r < shard.extents.size(); ++r) {
+        if (r % 64 == 0 && s > first_failed.load()) return out;
+        int64_t stored = 0;
+        try {
+          buf.resize(shard.extents[r].size);
+          file.read_at(shard.extents[r].offset, buf.data(), buf.size());
+          auto data = parse_record(buf, options_.crc_check, where(shard, r));
+          if (!parse_example_label(data, where(shard, r), &stored))
+            fail(Code::kCorruptData, where(shard, r), ": the Example has no image/class/label");
+        } catch (const Error& e) {
+          if (e.code() != Code::kCorruptData) throw;
+          if (options_.on_error == OnError::kFail)
+            return stop(e.code(), cat(e.what(), " (on_error=fail; found by check_labels=create)"));
+          ++out.corrupt;
+          if (out.logged.size() < limit) out.logged.push_back(e.what());
+          continue;
+        }
+        std::string problem = label_problem(stored);
+        if (!problem.empty())
+          return stop(Code::kInvalidArgument,
+                      cat(where(shard, r), ": ", problem,
+                          " (found by check_labels=create, which reads every label when the dataset is opened)"));
+      }
+    } catch (const Error& e) {
+      return stop(e.code(), e.what());
+    }
+    return out;
+  }
+
+  // Reads every record's label when the source is opened (the Example is parsed only for
+  // image/class/label; the image is never decoded), one shard per task on scan_threads
+  // threads. A label out of range fails; a corrupt record (CRC, not an Example, no label)
+  // fails under on_error=fail and is counted and logged under skip (reading it fails
+  // again and is skipped then). The error reported is the first in shard and record
+  // order, whatever the thread count.
+  void scan_labels() {
+    std::vector<ShardScan> found(shards_.size());
+    std::atomic<size_t> first_failed{std::numeric_limits<size_t>::max()};
+    auto scan = [&](size_t s) {
+      if (s > first_failed.load()) return;
+      found[s] = scan_shard(s, first_failed);
+      if (!found[s].failed) return;
+      size_t cur = first_failed.load();
+      while (s < cur && !first_failed.compare_exchange_weak(cur, s)) {
+      }
+    };
+    const int threads = std::min<int>(std::max(1, options_.scan_threads), static_cast<int>(shards_.size()));
+    if (threads <= 1) {
+      for (size_t s = 0; s < shards_.size(); ++s) scan(s);
+    } else {
+      ThreadPool pool(threads - 1);
+      pool.parallel_for(shards_.size(), scan);
+    }
+    for (const auto& f : found)
+      if (f.failed) fail(f.code, f.message);
+    int64_t corrupt = 0;
+    size_t logged = 0;
+    for (const auto& f : found) {
+      corrupt += f.corrupt;
+      for (const auto& line : f.logged)
+        if (logged++ < static_cast<size_t>(std::max(0, options_.error_log_limit)))
+          COHORT_LOG_WARN("corrupt record (skipped when read): ", line);
+    }
+    if (corrupt > 0) {
+      std::string line = cat(corrupt, " of ", total_, " records could not be read while checking labels",
+                             " (on_error=skip: they are skipped when read)");
+      COHORT_LOG_WARN("data_dir '", options_.path, "': ", line);
+      problems_.push_back(line);
+    }
   }
 
   SourceOptions options_;

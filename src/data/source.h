@@ -40,6 +40,12 @@ struct SourceOptions {
   int64_t label_offset = 0;
   int64_t num_classes = 0;  // > 0: labels must lie in [0, num_classes)
   OnError on_error = OnError::kSkip;
+  // TFRecord: read every record's label when the source is opened (true) or only when
+  // each record is read (false). The scan reads the shards once, scan_threads at a time;
+  // a label out of range fails the open, a corrupt record follows on_error.
+  bool check_labels = true;
+  int scan_threads = 1;
+  int error_log_limit = 5;  // corrupt records the scan logs (all are counted)
   int64_t synthetic_samples = 12800;
   int64_t synthetic_classes = 1000;
 };
@@ -72,7 +78,7 @@ class Source {
 // Opens the source named by options (auto: a directory with class sub-folders is an
 // image folder; *-idx?-ubyte[.gz] files are MNIST; anything else TFRecord shards).
 // Throws kIo / kInvalidArgument / kCorruptData for a missing path, an empty dataset,
-// an unreadable index or a label out of range.
+// an unreadable index or a label out of range (TFRecord labels: when check_labels).
 std::shared_ptr<Source> open_source(const SourceOptions& options);
 
 // Caller memory: images u8 [N, H, W] or [N, H, W, C] (C = 1 or 3), labels int32/int64

@@ -196,7 +196,21 @@ TEST(Pipeline, SkipPolicyCountsBadSamplesAndKeepsValidOnesFirst) {
 TEST(Pipeline, FailPolicyStopsWithTheRecordInTheMessage) {
   TempDir dir;
   std::string shard = corrupt_shard(dir);
-  auto o = options({{"data_dir", dir.path.c_str()}, {"batch_size", "9"}, {"image_size", "16"}, {"on_error", "fail"}});
+  // check_labels=create meets record 8 (not an Example) while opening the shard.
+  auto c = options({{"data_dir", dir.path.c_str()}, {"batch_size", "9"}, {"image_size", "16"}, {"on_error", "fail"}});
+  try {
+    open_source(c.source);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(shard + "' offset"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(record 8)"), std::string::npos) << e.what();
+  }
+  // check_labels=read: the pipeline fails when it reads a bad record.
+  auto o = options({{"data_dir", dir.path.c_str()},
+                    {"batch_size", "9"},
+                    {"image_size", "16"},
+                    {"on_error", "fail"},
+                    {"check_labels", "read"}});
   Pipeline p(o, open_source(o.source));
   try {
     p.next();
@@ -304,6 +318,7 @@ TEST(Pipeline, FailPolicyFailsAtTheBatchHoldingTheBadSampleNotBefore) {
                     {"batch_size", "3"},
                     {"image_size", "16"},
                     {"on_error", "fail"},
+                    {"check_labels", "read"},
                     {"shuffle", "false"},
                     {"prefetch_depth", "4"}});
   Pipeline p(o, open_source(o.source));
