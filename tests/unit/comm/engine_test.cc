@@ -692,6 +692,14 @@ class FakeDeviceTransport final : public Transport {
 // A host tensor relabelled as living on cuda:0 (its memory stays owned by `host`).
 Tensor on_gpu(const Tensor& host) { return Tensor::wrap(host.data(), host.shape(), host.dtype(), kGpu0); }
 
+// A factory for rank `rank` of `world` whose device transport is the fake above.
+DeviceTransportFactory fake_gpu(std::shared_ptr<LocalWorld> world, int rank, std::atomic<int>* calls) {
+  DeviceTransportFactory f;
+  f.device = kGpu0;
+  f.create = [world, rank, calls] { return std::make_unique<FakeDeviceTransport>(world, rank, calls); };
+  return f;
+}
+
 TEST(CommEngine, DeviceTensorWithoutADeviceTransportIsAClearError) {
   auto world = std::make_shared<LocalWorld>(1);
   DeviceTransportFactory none;
@@ -722,10 +730,7 @@ TEST(CommEngine, DeviceTensorOnAnotherGpuIsRejected) {
   auto world = std::make_shared<LocalWorld>(1);
   auto dev_world = std::make_shared<LocalWorld>(1);
   std::atomic<int> calls{0};
-  DeviceTransportFactory f;
-  f.device = kGpu0;
-  f.create = [&] { return std::make_unique<FakeDeviceTransport>(dev_world, 0, &calls); };
-  Engine engine(std::make_unique<LocalTransport>(world, 0), fast_options(), {}, f);
+  Engine engine(std::make_unique<LocalTransport>(world, 0), fast_options(), {}, fake_gpu(dev_world, 0, &calls));
   Tensor host = filled(DType::kF32, {4}, 0);
   try {
     engine.submit(allreduce("gpu1", Tensor::wrap(host.data(), {4}, DType::kF32, {Device::Kind::kCuda, 1})));
@@ -835,12 +840,10 @@ TEST(CommEngine, DeviceCollectiveFailsOnEveryRankWhenSomeRankHasNoDeviceTranspor
   run_ranks_with_device(
       n,
       [&](int rank) {
-        DeviceTransportFactory f;
-        f.device = kGpu0;
+        DeviceTransportFactory f = fake_gpu(dev_world, rank, &calls);
         if (rank == 1) {
+          f.create = nullptr;
           f.unavailable = "no GPU is usable on this rank";
-        } else {
-          f.create = [&, rank] { return std::make_unique<FakeDeviceTransport>(dev_world, rank, &calls); };
         }
         return f;
       },
@@ -869,13 +872,7 @@ TEST(CommEngine, HostOnOneRankAndDeviceOnAnotherIsAMismatchOnEveryRank) {
   auto dev_world = std::make_shared<LocalWorld>(n);
   std::atomic<int> calls{0};
   run_ranks_with_device(
-      n,
-      [&](int rank) {
-        DeviceTransportFactory f;
-        f.device = kGpu0;
-        f.create = [&, rank] { return std::make_unique<FakeDeviceTransport>(dev_world, rank, &calls); };
-        return f;
-      },
+      n, [&](int rank) { return fake_gpu(dev_world, rank, &calls); },
       [&](Engine& engine, int rank) {
         Tensor x = filled(DType::kF32, {4}, rank);
         Status s = engine.submit(allreduce("mixed", rank == 0 ? on_gpu(x) : x))->wait();
