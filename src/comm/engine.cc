@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstring>
 
+#include <pthread.h>
+#include <sched.h>
+
 #include "core/logging.h"
 
 namespace cohort::comm {
@@ -238,6 +241,7 @@ void Engine::compute_end() {
   {
     std::lock_guard lock(mu_);
     if (computing_ == 0 || --computing_ > 0) return;
+    compute_cpu_ = sched_getcpu();  // the core compute is about to leave idle
   }
   cv_.notify_all();  // held reductions may run now
 }
@@ -491,7 +495,24 @@ bool Engine::cycle() {
     ready.swap(held_);
     held_.clear();
   }
+  // Held reductions run on the core the compute thread has just left: the ranks'
+  // engine threads would otherwise often share one core, each spinning in MPI for
+  // whole scheduler slices while the other core idles.
+  int cpu = -1;
+  if (options_.hold_during_compute && !ready.empty()) {
+    std::lock_guard lock(mu_);
+    cpu = compute_cpu_;
+  }
+  cpu_set_t all;
+  bool pinned = cpu >= 0 && pthread_getaffinity_np(pthread_self(), sizeof all, &all) == 0 && CPU_ISSET(cpu, &all);
+  if (pinned) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pinned = pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0;
+  }
   execute(ready);
+  if (pinned) pthread_setaffinity_np(pthread_self(), sizeof all, &all);
 
   // Entries waiting on a cache bit that moved or vanished (eviction, invalidation, a
   // join) must be announced again.

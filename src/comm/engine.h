@@ -170,7 +170,8 @@ class Engine {
   uint64_t join_epoch_ = 0;  // completed joins: part of barrier names
   EngineStats stats_;
   std::string last_stall_report_;
-  int computing_ = 0;  // open compute_begin() brackets
+  int computing_ = 0;     // open compute_begin() brackets
+  int compute_cpu_ = -1;  // the core the last bracket ended on (sched_getcpu), -1 unknown
   std::shared_ptr<WaitCount> waits_ = std::make_shared<WaitCount>();
 
   // Engine thread only.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -962,6 +963,46 @@ TEST(CommEngine, HoldDuringComputeRunsReductionsOnceEveryRankHasFinishedComputin
       for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data_as<float>()[i], 3.0f);
     });
   }
+}
+
+// Whether every thread of this process may run on the same CPUs (Cpus_allowed_list).
+bool all_threads_share_one_affinity() {
+  std::string first;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) break;
+    if (first.empty()) first = line;
+    if (line != first) return false;
+  }
+  return true;
+}
+
+TEST(CommEngine, HeldReductionsLeaveTheEngineThreadFreeToRunAnywhere) {
+  EngineOptions o = fast_options();
+  o.hold_during_compute = true;
+  run_ranks(2, o, [&](Engine& engine, int rank) {
+    for (int step = 0; step < 3; ++step) {
+      engine.compute_begin();
+      Tensor t = filled(DType::kF32, {64}, rank);
+      auto req = engine.submit(allreduce("pin", t));
+      engine.compute_end();  // held until here, then run pinned to this thread's core
+      ASSERT_TRUE(req->wait().is_ok());
+    }
+  });
+  // Engines gone; with them alive the pin is undone right after each execution.
+  auto world = std::make_shared<LocalWorld>(1);
+  Engine engine(std::make_unique<LocalTransport>(world, 0), o);
+  engine.compute_begin();
+  Tensor t = filled(DType::kF32, {64}, 0);
+  auto req = engine.submit(allreduce("pin", t));
+  engine.compute_end();
+  ASSERT_TRUE(req->wait().is_ok());
+  bool shared = false;
+  for (int i = 0; i < 1000 && !(shared = all_threads_share_one_affinity()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(shared) << "the engine thread stayed pinned after running held reductions";
 }
 
 TEST(CommEngine, HoldDuringComputeStillRunsACollectiveThatComputeWaitsFor) {
