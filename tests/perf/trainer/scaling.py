@@ -42,7 +42,7 @@ def torch_ddp(np):
 
 
 def cohort_twice():
-    cmd = [train, "--model=mnist_cnn", f"--batch_size={batch}", f"--num_iter={steps}",
+    cmd = [cohortrun, "-np", "1", "--", train, "--model=mnist_cnn", f"--batch_size={batch}", f"--num_iter={steps}",
            f"--num_warmup_batches={warmup}", "--compute_threads=1", "--threads_per_rank=1", "--progress=plain", "--json"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
     return sum(json.loads(p.communicate(timeout=600)[0].strip().split("\n")[-1])["images_per_sec"]["mean"]
