@@ -51,12 +51,10 @@ Status Request::wait() const {
   auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
   while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) std::this_thread::yield();
   std::unique_lock lock(mu_);
-  if (pending_ > 0 && waits_) {
-    ++waits_->blocked;
-    cv_.wait(lock, [&] { return pending_ == 0; });
-    --waits_->blocked;
-  }
+  const bool blocks = pending_ > 0 && waits_;
+  if (blocks) ++waits_->blocked;
   cv_.wait(lock, [&] { return pending_ == 0; });
+  if (blocks) --waits_->blocked;
   return status_;
 }
 

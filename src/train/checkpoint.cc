@@ -216,31 +216,6 @@ class Cursor {
   const fs::path& file_;
 };
 
-std::vector<char> read_all(const fs::path& file) {
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(Code::kIo, "cannot open checkpoint '", file.string(), "': ", sys_error());
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    std::string e = sys_error();
-    ::close(fd);
-    fail(Code::kIo, "cannot stat checkpoint '", file.string(), "': ", e);
-  }
-  std::vector<char> data(static_cast<size_t>(st.st_size));
-  size_t got = 0;
-  while (got < data.size()) {
-    ssize_t n = ::read(fd, data.data() + got, data.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      std::string e = n < 0 ? sys_error() : "unexpected end of file";
-      ::close(fd);
-      fail(Code::kIo, "cannot read checkpoint '", file.string(), "': ", e);
-    }
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return data;
-}
-
 // A read-only mapping of a whole file: no copy out of the page cache (a checkpoint is
 // as large as the model).
 class MappedFile {
@@ -476,8 +451,8 @@ std::optional<fs::path> CheckpointDir::latest() const {
   if (fs::file_size(pointer, ec) > 4096)
     fail(Code::kCorruptData, "'", pointer.string(), "' is ", fs::file_size(pointer, ec),
          " bytes; it should hold one checkpoint file name");
-  const std::vector<char> raw = read_all(pointer);
-  const std::string name = trim(std::string_view(raw.data(), raw.size()));
+  const MappedFile raw(pointer);
+  const std::string name = trim(raw.view());
   if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
     fail(Code::kCorruptData, "'", pointer.string(), "' should name a checkpoint file in '", dir_.string(),
          "', it holds '", name, "'");
