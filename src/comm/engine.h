@@ -141,7 +141,8 @@ class Engine {
   void execute(std::vector<Response>& ready);
   void run_allreduce_batch(std::vector<Response*>& batch);
   void run_one(Response& r);
-  // Large allreduces of one dtype/op/scale, reduced in place without the fusion buffer.
+  // Allreduces of one dtype/op/scale reduced in place without the fusion buffer: the
+  // large ones, or one alone in its call.
   void run_direct_allreduces(std::vector<Response*>& batch);
   void finish(Response& r, const Status& s);
   // The device transport, created on first use; null (and r finished with the error)
