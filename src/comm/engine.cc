@@ -134,7 +134,8 @@ void Engine::validate(const TensorEntry& e) const {
   require(e.name.rfind("__", 0) != 0, "tensor name '", e.name, "' starts with '__', which is reserved");
   const Tensor& in = e.input;
   require(!unset(in) && in.defined(), "'", e.name, "': the input tensor has no data");
-  require(in.is_contiguous(), "'", e.name, "': the input ", in.describe(), " is not contiguous");
+  if (!in.is_contiguous())
+    fail(Code::kInvalidArgument, "'", e.name, "': the input ", in.describe(), " is not contiguous");
   if (in.device().kind == Device::Kind::kCuda) {
     if (!device_.create)
       fail(Code::kUnsupported, "'", e.name, "': the tensor is in CUDA memory (", in.device().to_string(), ") but ",
@@ -156,9 +157,10 @@ void Engine::validate(const TensorEntry& e) const {
   if (e.type == OpType::kAllreduce || e.type == OpType::kBroadcast) {
     const Tensor& out = e.output;
     require(out.defined(), "'", e.name, "': the output tensor has no data");
-    require(out.shape() == in.shape() && out.dtype() == in.dtype() && out.device() == in.device(), "'", e.name,
-            "': output ", out.describe(), " does not match input ", in.describe());
-    require(out.is_contiguous(), "'", e.name, "': the output ", out.describe(), " is not contiguous");
+    if (!(out.shape() == in.shape() && out.dtype() == in.dtype() && out.device() == in.device()))
+      fail(Code::kInvalidArgument, "'", e.name, "': output ", out.describe(), " does not match input ", in.describe());
+    if (!out.is_contiguous())
+      fail(Code::kInvalidArgument, "'", e.name, "': the output ", out.describe(), " is not contiguous");
   }
   if (e.type == OpType::kBroadcast)
     require(e.root >= 0 && e.root < size_, "'", e.name, "': broadcast root ", e.root, " is not a rank (0..", size_ - 1,

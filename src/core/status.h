@@ -79,7 +79,9 @@ template <typename... Args>
   throw Error(code, cat(args...));
 }
 
-// Throws kInvalidArgument with the message unless cond holds.
+// Throws kInvalidArgument with the message unless cond holds. The arguments are built
+// even when cond holds: where they format tensors or shapes (describe(), shape_string)
+// on a path run per step or per tensor, write `if (!cond) fail(Code::kInvalidArgument, ...)`.
 template <typename... Args>
 void require(bool cond, const Args&... args) {
   if (!cond) fail(Code::kInvalidArgument, args...);

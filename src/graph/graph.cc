@@ -14,9 +14,10 @@ using backend::LayerKind;
 using backend::LayerSpec;
 
 Graph::Graph(const Shape& input) {
-  require(input.size() == 1 || input.size() == 3, "the input shape must be {C, H, W} or {F}, got ",
-          shape_string(input));
-  for (int64_t d : input) require(d > 0, "the input shape must be positive, got ", shape_string(input));
+  if (!(input.size() == 1 || input.size() == 3))
+    fail(Code::kInvalidArgument, "the input shape must be {C, H, W} or {F}, got ", shape_string(input));
+  for (int64_t d : input)
+    if (d <= 0) fail(Code::kInvalidArgument, "the input shape must be positive, got ", shape_string(input));
   LayerSpec l;
   l.kind = LayerKind::kInput;
   l.name = "input";
@@ -71,8 +72,9 @@ int Graph::add_param(const std::string& name, const Shape& shape, Parameter::Ini
 namespace {
 
 const Shape& image_input(const LayerSpec& src, const std::string& name, const char* kind) {
-  require(src.shape.size() == 3, "layer '", name, "': ", kind, " needs an image input {C, H, W}, but '", src.name,
-          "' gives ", shape_string(src.shape));
+  if (src.shape.size() != 3)
+    fail(Code::kInvalidArgument, "layer '", name, "': ", kind, " needs an image input {C, H, W}, but '", src.name,
+         "' gives ", shape_string(src.shape));
   return src.shape;
 }
 
@@ -114,8 +116,9 @@ int Graph::conv(int in, const std::string& name, int out_channels, const ConvOpt
 int Graph::dense(int in, const std::string& name, int out_features, bool bias) {
   check_new(name);
   const LayerSpec& src = at(in, name.c_str());
-  require(src.shape.size() == 1, "layer '", name, "': dense needs a flat input {F}, but '", src.name, "' gives ",
-          shape_string(src.shape), "; add a flatten layer before it");
+  if (src.shape.size() != 1)
+    fail(Code::kInvalidArgument, "layer '", name, "': dense needs a flat input {F}, but '", src.name, "' gives ",
+         shape_string(src.shape), "; add a flatten layer before it");
   require(out_features > 0, "layer '", name, "': dense needs positive out_features, got ", out_features);
   LayerSpec l;
   l.kind = LayerKind::kDense;
@@ -228,8 +231,9 @@ int Graph::concat(const std::vector<int>& ins, const std::string& name) {
   for (int in : ins) {
     const LayerSpec& src = at(in, name.c_str());
     const Shape& s = image_input(src, name, "concat");
-    require(s[1] == first[1] && s[2] == first[2], "layer '", name, "': concat inputs must agree in height and width: '",
-            src.name, "' is ", shape_string(s), ", the first input ", shape_string(first));
+    if (!(s[1] == first[1] && s[2] == first[2]))
+      fail(Code::kInvalidArgument, "layer '", name, "': concat inputs must agree in height and width: '", src.name,
+           "' is ", shape_string(s), ", the first input ", shape_string(first));
     c += s[0];
   }
   LayerSpec l;
@@ -245,8 +249,9 @@ int Graph::add(const std::vector<int>& ins, const std::string& name) {
   const LayerSpec& first = at(ins[0], name.c_str());
   for (int in : ins) {
     const LayerSpec& src = at(in, name.c_str());
-    require(src.shape == first.shape, "layer '", name, "': channel/shape mismatch: '", src.name, "' gives ",
-            shape_string(src.shape), " but '", first.name, "' gives ", shape_string(first.shape));
+    if (src.shape != first.shape)
+      fail(Code::kInvalidArgument, "layer '", name, "': channel/shape mismatch: '", src.name, "' gives ",
+           shape_string(src.shape), " but '", first.name, "' gives ", shape_string(first.shape));
   }
   LayerSpec l;
   l.kind = LayerKind::kAdd;
@@ -281,8 +286,9 @@ int Graph::shortcut_a(int in, const std::string& name, int out_channels, int str
 
 int Graph::softmax_xent(int in, const std::string& name, float label_smoothing) {
   const LayerSpec& src = at(in, name.c_str());
-  require(src.shape.size() == 1, "layer '", name, "': the loss needs logits {classes}, but '", src.name, "' gives ",
-          shape_string(src.shape));
+  if (src.shape.size() != 1)
+    fail(Code::kInvalidArgument, "layer '", name, "': the loss needs logits {classes}, but '", src.name, "' gives ",
+         shape_string(src.shape));
   require(label_smoothing >= 0.f && label_smoothing < 1.f, "layer '", name,
           "': label smoothing must be in [0, 1), got ", label_smoothing);
   require(in == num_layers() - 1, "layer '", name, "': the loss must follow the last layer");

@@ -36,8 +36,8 @@ int64_t content_hash(const Tensor& t) {
 }  // namespace
 
 void SingleRankCollectives::allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) {
-  require(t.device().is_host() && t.is_contiguous(), "allreduce '", name, "': ", t.describe(),
-          " must be a contiguous host tensor");
+  if (!(t.device().is_host() && t.is_contiguous()))
+    fail(Code::kInvalidArgument, "allreduce '", name, "': ", t.describe(), " must be a contiguous host tensor");
   const double s = prescale * postscale;
   if (s == 1.0) return;
   const int64_t n = t.numel();

@@ -41,12 +41,15 @@ void check_param(const ParamGrad& p) {
   require(!p.name.empty(), "optimizer: a parameter has an empty name");
   const Tensor& w = p.param;
   const Tensor& g = p.grad;
-  require(w.dtype() == DType::kF32 && g.dtype() == DType::kF32, "optimizer: parameter '", p.name,
-          "' and its gradient must be f32 (got ", w.describe(), " and ", g.describe(), ")");
-  require(w.device().is_host() && g.device().is_host(), "optimizer: parameter '", p.name,
-          "' must be in host memory on this path (got ", w.describe(), ")");
-  require(w.shape() == g.shape(), "optimizer: gradient of '", p.name, "' has shape ", shape_string(g.shape()),
-          ", parameter has ", shape_string(w.shape()));
+  if (!(w.dtype() == DType::kF32 && g.dtype() == DType::kF32))
+    fail(Code::kInvalidArgument, "optimizer: parameter '", p.name, "' and its gradient must be f32 (got ", w.describe(),
+         " and ", g.describe(), ")");
+  if (!(w.device().is_host() && g.device().is_host()))
+    fail(Code::kInvalidArgument, "optimizer: parameter '", p.name, "' must be in host memory on this path (got ",
+         w.describe(), ")");
+  if (w.shape() != g.shape())
+    fail(Code::kInvalidArgument, "optimizer: gradient of '", p.name, "' has shape ", shape_string(g.shape()),
+         ", parameter has ", shape_string(w.shape()));
   require(w.is_contiguous() && g.is_contiguous(), "optimizer: parameter '", p.name,
           "' and its gradient must be contiguous");
   require(w.numel() == 0 || (w.data() != nullptr && g.data() != nullptr), "optimizer: parameter '", p.name,
@@ -62,8 +65,8 @@ void check_unique(std::span<const ParamGrad> params) {
 }  // namespace
 
 Tensor clone_host(const Tensor& t) {
-  require(t.device().is_host(), "clone_host: ", t.describe(), " is not in host memory");
-  require(t.is_contiguous(), "clone_host: ", t.describe(), " is not contiguous");
+  if (!t.device().is_host()) fail(Code::kInvalidArgument, "clone_host: ", t.describe(), " is not in host memory");
+  if (!t.is_contiguous()) fail(Code::kInvalidArgument, "clone_host: ", t.describe(), " is not contiguous");
   Tensor out = Tensor::empty(t.shape(), t.dtype());
   if (t.nbytes() > 0) std::memcpy(out.data(), t.data(), t.nbytes());
   return out;
@@ -210,8 +213,8 @@ void Optimizer::import_state(std::span<const NamedTensor> state) {
   int64_t steps = -1;
   for (const NamedTensor& e : state) {
     if (e.name == kStepName) {
-      require(e.tensor.dtype() == DType::kI64 && e.tensor.numel() == 1 && e.tensor.device().is_host(),
-              "optimizer state: 'step' must be one i64 on the host, got ", e.tensor.describe());
+      if (!(e.tensor.dtype() == DType::kI64 && e.tensor.numel() == 1 && e.tensor.device().is_host()))
+        fail(Code::kInvalidArgument, "optimizer state: 'step' must be one i64 on the host, got ", e.tensor.describe());
       steps = *e.tensor.data_as<int64_t>();
       require(steps >= 0, "optimizer state: 'step' is negative (", steps, ")");
       continue;
@@ -223,11 +226,12 @@ void Optimizer::import_state(std::span<const NamedTensor> state) {
     for (std::string_view s : suffixes) known = known || s == suffix;
     require(known && slash > 0, "optimizer state: entry '", e.name, "' does not belong to a ",
             optimizer_kind_name(options_.kind), " optimizer (saved by another optimizer?)");
-    require(e.tensor.dtype() == DType::kF32, "optimizer state: '", e.name, "' must be f32, got ", e.tensor.describe());
+    if (e.tensor.dtype() != DType::kF32)
+      fail(Code::kInvalidArgument, "optimizer state: '", e.name, "' must be f32, got ", e.tensor.describe());
     auto old = state_.find(e.name);
-    require(old == state_.end() || old->second.shape() == e.tensor.shape(), "optimizer state: '", e.name,
-            "' has shape ", shape_string(e.tensor.shape()), ", expected ",
-            old == state_.end() ? std::string() : shape_string(old->second.shape()));
+    if (!(old == state_.end() || old->second.shape() == e.tensor.shape()))
+      fail(Code::kInvalidArgument, "optimizer state: '", e.name, "' has shape ", shape_string(e.tensor.shape()),
+           ", expected ", old == state_.end() ? std::string() : shape_string(old->second.shape()));
     require(fresh.emplace(e.name, clone_host(e.tensor)).second, "optimizer state: entry '", e.name, "' appears twice");
   }
   require(steps >= 0, "optimizer state: the 'step' entry is missing");

@@ -33,7 +33,7 @@ int64_t shape_numel(const Shape& shape) {
   // must fit too, even when a zero dimension makes the element count 0.
   int64_t n = 1, span = 1;
   for (int64_t d : shape) {
-    require(d >= 0, "invalid shape ", shape_string(shape), ": dimensions must be >= 0");
+    if (d < 0) fail(Code::kInvalidArgument, "invalid shape ", shape_string(shape), ": dimensions must be >= 0");
     int64_t s = std::max<int64_t>(d, 1);
     if (span > std::numeric_limits<int64_t>::max() / s)
       fail(Code::kInvalidArgument, "invalid shape ", shape_string(shape), ": element count overflows");
@@ -76,7 +76,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype) {
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, std::vector<int64_t> strides) {
   Tensor t;
   t.numel_ = shape_numel(shape);
-  require(data != nullptr || t.numel_ == 0, "tensor of shape ", shape_string(shape), " has a NULL data pointer");
+  if (!(data != nullptr || t.numel_ == 0))
+    fail(Code::kInvalidArgument, "tensor of shape ", shape_string(shape), " has a NULL data pointer");
   if (strides.empty()) strides = contiguous_strides(shape);
   require(strides.size() == shape.size(), "tensor has ", shape.size(), " dimensions but ", strides.size(), " strides");
   t.data_ = data;
