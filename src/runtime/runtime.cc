@@ -45,11 +45,12 @@ Runtime::Runtime(const Config& config) : config_(config) {
     choose_device();
     auto chunk = static_cast<size_t>(config_.get_int("allreduce_chunk_kb")) * 1024;
     auto window = static_cast<size_t>(config_.get_int("allreduce_window"));
+    auto shm_slot = static_cast<size_t>(config_.get_int("allreduce_shm_kb")) * 1024;
     comm::EngineOptions engine_options = comm::EngineOptions::from_config(config_);
     const std::string during_compute = config_.get_string("comm_during_compute");
     engine_options.hold_during_compute = during_compute == "hold" || (during_compute == "auto" && device_.is_host());
     engine_ = std::make_unique<comm::Engine>(
-        std::make_unique<comm::MpiTransport>(world_, chunk, window), std::move(engine_options),
+        std::make_unique<comm::MpiTransport>(world_, chunk, window, shm_slot), std::move(engine_options),
         [](const std::string& why) { mpi_process::poison(why); }, device_transport());
   } catch (...) {
     free_comm(device_bootstrap_);

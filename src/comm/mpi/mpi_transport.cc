@@ -38,7 +38,7 @@ std::vector<int> displacements(const std::vector<int>& counts) {
 
 }  // namespace
 
-MpiTransport::MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window)
+MpiTransport::MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window, size_t shm_slot_bytes)
     : chunk_bytes_(chunk_bytes), window_(std::max<size_t>(1, window)) {
   mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup (collective engine)");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -46,13 +46,59 @@ MpiTransport::MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window)
   mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   create_ops<kernels::F16Codec>(half_ops_[0]);
   create_ops<kernels::BF16Codec>(half_ops_[1]);
+  if (shm_slot_bytes > 0 && size_ > 1) map_shared_segment(shm_slot_bytes);
+}
+
+void MpiTransport::map_shared_segment(size_t slot_bytes) {
+  MPI_Comm node = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type (shared-memory allreduce)");
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  if (node_size == size_) {  // true on every rank or on none
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each rank's region on its own pages
+    // Open MPI does not align the regions: ask for a cache line more and align each
+    // pointer up (the mapping is page-aligned in every process, so all agree).
+    auto align = [](unsigned char* p) {
+      return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
+    };
+    unsigned char* mine = nullptr;
+    int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(ShmAllreduce::region_bytes(slot_bytes) + 64), 1, info, node,
+                                     &mine, &shm_window_);
+    MPI_Info_free(&info);
+    if (rc != MPI_SUCCESS) {
+      MPI_Comm_free(&node);
+      mpi_check(rc, "MPI_Win_allocate_shared (shared-memory allreduce; check the size of /dev/shm)");
+    }
+    ShmAllreduce::zero_counters(align(mine));
+    std::vector<unsigned char*> regions(static_cast<size_t>(size_));
+    for (int q = 0; q < size_; ++q) {
+      MPI_Aint bytes = 0;
+      int disp = 0;
+      mpi_check(MPI_Win_shared_query(shm_window_, q, &bytes, &disp, &regions[static_cast<size_t>(q)]),
+                "MPI_Win_shared_query");
+      regions[static_cast<size_t>(q)] = align(regions[static_cast<size_t>(q)]);
+    }
+    mpi_check(MPI_Barrier(node), "MPI_Barrier (shared-memory allreduce)");  // every region's counters are zero
+    shm_ = std::make_unique<ShmAllreduce>(rank_, std::move(regions), slot_bytes);
+  }
+  MPI_Comm_free(&node);
 }
 
 MpiTransport::~MpiTransport() {
+  shm_.reset();
+  if (shm_window_ != MPI_WIN_NULL) MPI_Win_free(&shm_window_);
   for (auto& row : half_ops_)
     for (MPI_Op& op : row)
       if (op != MPI_OP_NULL && op != MPI_Op{}) MPI_Op_free(&op);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void MpiTransport::abort_waits() {
+  aborted_ = true;
+  if (shm_) shm_->abort();
 }
 
 void MpiTransport::wait(MPI_Request& request, const char* call) {
@@ -106,6 +152,10 @@ MPI_Op MpiTransport::mpi_op(DType t, kernels::Reduce op) const {
 }
 
 void MpiTransport::and_words(std::vector<uint64_t>& words) {
+  if (shm_ && shm_->words_fit(words.size())) {
+    shm_->and_words(words);
+    return;
+  }
   MPI_Request req;
   mpi_check(
       MPI_Iallreduce(MPI_IN_PLACE, words.data(), static_cast<int>(words.size()), MPI_UINT64_T, MPI_BAND, comm_, &req),
@@ -133,6 +183,10 @@ void MpiTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce o
 }
 
 void MpiTransport::allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
+  if (shm_) {
+    for (const auto& [buf, count] : bufs) shm_->allreduce(buf, count, t, op);
+    return;
+  }
   size_t esize = dtype_size(t);
   size_t chunk = chunk_bytes_ ? std::max<size_t>(1, chunk_bytes_ / esize) : std::max<size_t>(1, INT_MAX / 2);
   MPI_Datatype type = mpi_type(t);

@@ -505,9 +505,9 @@ void test_timeline(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Small pieces and a narrow window so big tensors slide through several windows.
-  cohort_runtime_t* rt =
-      make_runtime({{"fusion_threshold_mb", "1"}, {"allreduce_chunk_kb", "256"}, {"allreduce_window", "2"}});
+  // Every rank is on this machine: allreduces go through the shared segment, in 1 KiB
+  // pieces so that big tensors run through many of them.
+  cohort_runtime_t* rt = make_runtime({{"fusion_threshold_mb", "1"}, {"allreduce_shm_kb", "1"}});
   if (!rt) return 1;
   OK(cohort_runtime_rank(rt, &g_rank));
   OK(cohort_runtime_size(rt, &g_size));
@@ -518,6 +518,16 @@ int main(int argc, char** argv) {
   test_join(rt);
   test_join_every_op(rt);
   test_device_tensor_without_gpu(rt);
+  cohort_runtime_destroy(rt);
+  // The same reductions over MPI_Allreduce, in small pieces with a narrow window so big
+  // tensors slide through several windows.
+  rt = make_runtime({{"fusion_threshold_mb", "1"},
+                     {"allreduce_shm_kb", "0"},
+                     {"allreduce_chunk_kb", "256"},
+                     {"allreduce_window", "2"}});
+  if (!rt) return 1;
+  test_random_order_fusion_and_big(rt);
+  test_every_op_and_dtype(rt);
   cohort_runtime_destroy(rt);
   test_stall_shutdown();
   test_timeline(std::string(argc > 1 ? argv[1] : "/tmp") + "/cohort_comm_timeline_" + std::to_string(g_size) + ".json");

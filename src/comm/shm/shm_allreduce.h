@@ -1,0 +1,78 @@
+// Allreduce of host memory among ranks that can address each other's memory: the
+// processes of one node through a shared segment (the MPI transport maps one), or
+// threads of one process (tests). It beats Open MPI's shared-memory allreduce because
+// the work is split instead of repeated: every rank reduces only its 1/n segment of each
+// piece and the ranks copy the others' reduced segments, a reduce-scatter then an
+// allgather through per-rank slots that stay in the cache.
+//
+// Each rank owns one region of region_bytes(slot_bytes): three progress counters, each
+// on its own cache lines, and two slots (piece k uses slot k % 2, so a rank may fill
+// the next piece while slower ranks still read the last one). For piece k a rank
+//   A  copies its data of every segment but its own into its slot, then sets filled = k;
+//   B  once every rank has filled k, reduces its own segment in place in the caller's
+//      buffer with the others' slots (in rank order), copies the result into its slot,
+//      then sets reduced = k;
+//   C  once every rank has reduced k, copies the others' reduced segments into the
+//      buffer, then sets drained = k.
+// Before A of piece k it waits until every rank has drained piece k - 2 (the slot's last
+// use). Counters only grow, and every rank makes the same sequence of calls (the engine
+// has negotiated them), so piece numbers agree without any other exchange. Each segment
+// is reduced by one rank and copied by the others: the result is bit-identical on every
+// rank, and the same from run to run.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/reduce.h"
+#include "tensor/dtype.h"
+
+namespace cohort::comm {
+
+class ShmAllreduce {
+ public:
+  // Bytes of one rank's region for slots of slot_bytes (rounded up to whole cache lines).
+  static size_t region_bytes(size_t slot_bytes);
+
+  // regions[q]: rank q's region, mapped in this process, 64-byte aligned, its counters
+  // zero before any rank's first call (zero_counters, then a barrier of the ranks).
+  // slot_bytes: the most bytes one piece carries (at least 64).
+  ShmAllreduce(int rank, std::vector<unsigned char*> regions, size_t slot_bytes);
+  static void zero_counters(unsigned char* region);
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(regions_.size()); }
+
+  // In place: buf holds count elements of t on entry and the reduction on return. Every
+  // rank calls it with the same count, dtype and op, in the same order. Engine thread only.
+  void allreduce(void* buf, size_t count, DType t, kernels::Reduce op);
+  // words = the AND of every rank's words (the engine's negotiation flags and cache
+  // bits), in one piece; needs words_fit(words.size()). Same calling rules as allreduce.
+  void and_words(std::vector<uint64_t>& words);
+  bool words_fit(size_t n) const { return n * sizeof(uint64_t) <= slot_bytes_; }
+  // Makes a wait for a rank that will never come fail with kCancelled (any thread).
+  void abort() { aborted_.store(true, std::memory_order_relaxed); }
+
+ private:
+  enum Counter { kFilled = 0, kReduced = 1, kDrained = 2 };
+  struct Segment {
+    size_t begin, end;  // elements of the piece
+  };
+
+  void piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op);
+  Segment segment(int q, size_t n, size_t esize) const;
+  std::atomic_ref<uint64_t> counter(int q, Counter c) const;
+  unsigned char* slot(int q, uint64_t piece) const;
+  // Waits until every other rank's counter c has reached `value`.
+  void wait_all(Counter c, uint64_t value) const;
+
+  int rank_;
+  std::vector<unsigned char*> regions_;
+  size_t slot_bytes_;
+  uint64_t pieces_ = 0;  // pieces this rank has completed
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,139 @@
+// The MPI transport on real ranks (run under mpirun): ranks of one node reduce through
+// the shared segment, results agree with the plain MPI_Allreduce path for every dtype and
+// op, several buffers in one call and buffers of many pieces, and the negotiation's AND
+// of words takes either path.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "comm/mpi/mpi_transport.h"
+#include "kernels/half.h"
+
+namespace cohort::comm {
+namespace {
+
+using kernels::Reduce;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// Small integers stored in dtype t: every op's result is exact in every dtype.
+std::vector<unsigned char> filled(DType t, size_t count, int rank) {
+  std::vector<unsigned char> b(count * dtype_size(t) + 1);
+  for (size_t i = 0; i < count; ++i) {
+    double v = static_cast<double>((static_cast<size_t>(rank) * 5 + i) % 3 + 1);
+    switch (t) {
+      case DType::kF32: {
+        auto x = static_cast<float>(v);
+        std::memcpy(&b[i * 4], &x, 4);
+        break;
+      }
+      case DType::kF64:
+        std::memcpy(&b[i * 8], &v, 8);
+        break;
+      case DType::kF16:
+      case DType::kBF16: {
+        uint16_t h = t == DType::kF16 ? kernels::float_to_half(static_cast<float>(v))
+                                      : kernels::float_to_bf16(static_cast<float>(v));
+        std::memcpy(&b[i * 2], &h, 2);
+        break;
+      }
+      case DType::kI32: {
+        auto x = static_cast<int32_t>(v);
+        std::memcpy(&b[i * 4], &x, 4);
+        break;
+      }
+      case DType::kI64: {
+        auto x = static_cast<int64_t>(v);
+        std::memcpy(&b[i * 8], &x, 8);
+        break;
+      }
+      case DType::kU8:
+        b[i] = static_cast<uint8_t>(v);
+        break;
+    }
+  }
+  return b;
+}
+
+TEST(MpiTransport, RanksOfOneNodeUseTheSharedSegmentUnlessTurnedOff) {
+  MpiTransport shm(MPI_COMM_WORLD, 1 << 20, 1, 4096);
+  MpiTransport plain(MPI_COMM_WORLD, 1 << 20, 1, 0);
+  EXPECT_TRUE(shm.uses_shm());  // mpirun starts every rank of these tests on this machine
+  EXPECT_FALSE(plain.uses_shm());
+}
+
+TEST(MpiTransport, SharedSegmentAgreesWithMpiAllreduceForEveryDtypeAndOp) {
+  const int rank = world_rank();
+  // 1 KiB pieces: the large count runs through dozens of pieces; 7 and 1 do not fill a line.
+  MpiTransport shm(MPI_COMM_WORLD, 1 << 20, 1, 1024);
+  MpiTransport plain(MPI_COMM_WORLD, 4096, 2, 0);  // MPI path, cut into pieces, window 2
+  ASSERT_TRUE(shm.uses_shm());
+  for (DType t : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kU8}) {
+    for (Reduce op : {Reduce::kSum, Reduce::kMin, Reduce::kMax, Reduce::kProd}) {
+      std::vector<size_t> counts = {7, 1, 0, 20011};
+      std::vector<std::vector<unsigned char>> a, b;
+      std::vector<std::pair<void*, size_t>> abufs, bbufs;
+      for (size_t c : counts) {
+        a.push_back(filled(t, c, rank));
+        b.push_back(filled(t, c, rank));
+      }
+      for (size_t i = 0; i < counts.size(); ++i) {
+        abufs.emplace_back(a[i].data(), counts[i]);
+        bbufs.emplace_back(b[i].data(), counts[i]);
+      }
+      shm.allreduce_many(abufs, t, op);
+      plain.allreduce_many(bbufs, t, op);
+      for (size_t i = 0; i < counts.size(); ++i)
+        EXPECT_EQ(a[i], b[i]) << dtype_name(t) << " op " << static_cast<int>(op) << " buffer of " << counts[i];
+    }
+  }
+}
+
+TEST(MpiTransport, AndWordsOnBothPaths) {
+  const int rank = world_rank(), size = world_size();
+  for (size_t slot : {size_t{4096}, size_t{0}}) {
+    MpiTransport t(MPI_COMM_WORLD, 1 << 20, 1, slot);
+    for (int step = 0; step < 50; ++step) {
+      std::vector<uint64_t> words = {~(uint64_t{1} << rank), uint64_t{1} << (step % 64), ~uint64_t{0}};
+      t.and_words(words);
+      uint64_t expect = ~uint64_t{0};
+      for (int q = 0; q < size; ++q) expect &= ~(uint64_t{1} << q);
+      EXPECT_EQ(words[0], expect) << "slot " << slot;
+      EXPECT_EQ(words[1], uint64_t{1} << (step % 64));
+      EXPECT_EQ(words[2], ~uint64_t{0});
+    }
+    // More words than a slot holds go over MPI.
+    std::vector<uint64_t> many(slot ? slot / 8 + 1 : 3, ~uint64_t{0});
+    many.back() = rank == 0 ? 0 : ~uint64_t{0};
+    t.and_words(many);
+    EXPECT_EQ(many.back(), 0u);
+    EXPECT_EQ(many.front(), ~uint64_t{0});
+  }
+}
+
+}  // namespace
+}  // namespace cohort::comm
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  ::testing::InitGoogleTest(&argc, argv);
+  int rc = RUN_ALL_TESTS();
+  int worst = 0;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return worst;
+}
