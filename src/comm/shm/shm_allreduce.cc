@@ -6,7 +6,7 @@
 #include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
+#  include <immintrin.h>
 #endif
 
 #include "core/status.h"
@@ -15,7 +15,7 @@ namespace cohort::comm {
 namespace {
 
 constexpr size_t kLine = 128;  // counters sit this far apart (adjacent-line prefetch pairs lines)
-constexpr size_t kHeader = 3 * kLine;
+constexpr size_t kHeader = 2 * kLine;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -91,7 +91,6 @@ void ShmAllreduce::allreduce(void* buf, size_t count, DType t, kernels::Reduce o
 
 void ShmAllreduce::and_words(std::vector<uint64_t>& words) {
   const uint64_t k = ++pieces_;
-  if (k > 2) wait_all(kDrained, k - 2);
   if (!words.empty()) std::memcpy(slot(rank_, k), words.data(), words.size() * sizeof(uint64_t));
   counter(rank_, kFilled).store(k, std::memory_order_release);
   wait_all(kFilled, k);
@@ -104,16 +103,12 @@ void ShmAllreduce::and_words(std::vector<uint64_t>& words) {
       words[i] &= w;
     }
   }
-  // Nothing to reduce or gather: this rank is done with piece k.
-  counter(rank_, kReduced).store(k, std::memory_order_release);
-  counter(rank_, kDrained).store(k, std::memory_order_release);
 }
 
 void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op) {
   const uint64_t k = ++pieces_;
   const Segment mine = segment(rank_, n, esize);
   // A: publish every segment but my own.
-  if (k > 2) wait_all(kDrained, k - 2);
   unsigned char* out = slot(rank_, k);
   if (mine.begin) std::memcpy(out, data, mine.begin * esize);
   if (n > mine.end) std::memcpy(out + mine.end * esize, data + mine.end * esize, (n - mine.end) * esize);
@@ -135,10 +130,8 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
   for (int q = 0; q < size(); ++q) {
     if (q == rank_) continue;
     Segment s = segment(q, n, esize);
-    if (s.end > s.begin)
-      std::memcpy(data + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
+    if (s.end > s.begin) std::memcpy(data + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
   }
-  counter(rank_, kDrained).store(k, std::memory_order_release);
 }
 
 }  // namespace cohort::comm

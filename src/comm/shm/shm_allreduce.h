@@ -5,19 +5,19 @@
 // piece and the ranks copy the others' reduced segments, a reduce-scatter then an
 // allgather through per-rank slots that stay in the cache.
 //
-// Each rank owns one region of region_bytes(slot_bytes): three progress counters, each
+// Each rank owns one region of region_bytes(slot_bytes): two progress counters, each
 // on its own cache lines, and two slots (piece k uses slot k % 2, so a rank may fill
 // the next piece while slower ranks still read the last one). For piece k a rank
 //   A  copies its data of every segment but its own into its slot, then sets filled = k;
 //   B  once every rank has filled k, reduces its own segment in place in the caller's
-//      buffer with the others' slots (in rank order), copies the result into its slot,
-//      then sets reduced = k;
-//   C  once every rank has reduced k, copies the others' reduced segments into the
-//      buffer, then sets drained = k.
-// Before A of piece k it waits until every rank has drained piece k - 2 (the slot's last
-// use). Counters only grow, and every rank makes the same sequence of calls (the engine
-// has negotiated them), so piece numbers agree without any other exchange. Each segment
-// is reduced by one rank and copied by the others: the result is bit-identical on every
+//      buffer (its own data, then the others' slots in rank order), copies the result
+//      into its slot, then sets reduced = k;
+//   C  once every rank has reduced k, copies the others' reduced segments into the buffer.
+// A slot is never overwritten while a peer still reads it: a rank fills piece k + 2 only
+// after B of piece k + 1 saw every rank fill k + 1, which each did after its C of piece
+// k. Counters only grow, and every rank makes the same sequence of calls (the engine has
+// negotiated them), so piece numbers agree without any other exchange. Each segment is
+// reduced by one rank and copied by the others: the result is bit-identical on every
 // rank, and the same from run to run.
 #pragma once
 
@@ -56,7 +56,7 @@ class ShmAllreduce {
   void abort() { aborted_.store(true, std::memory_order_relaxed); }
 
  private:
-  enum Counter { kFilled = 0, kReduced = 1, kDrained = 2 };
+  enum Counter { kFilled = 0, kReduced = 1 };
   struct Segment {
     size_t begin, end;  // elements of the piece
   };

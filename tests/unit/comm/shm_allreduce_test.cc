@@ -129,7 +129,10 @@ double reference(Reduce op, int n, size_t i) {
   double acc = value(0, i);
   for (int q = 1; q < n; ++q) {
     double v = value(q, i);
-    acc = op == Reduce::kSum ? acc + v : op == Reduce::kMin ? std::min(acc, v) : op == Reduce::kMax ? std::max(acc, v) : acc * v;
+    acc = op == Reduce::kSum   ? acc + v
+          : op == Reduce::kMin ? std::min(acc, v)
+          : op == Reduce::kMax ? std::max(acc, v)
+                               : acc * v;
   }
   return acc;
 }
