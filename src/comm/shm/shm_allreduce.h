@@ -19,6 +19,9 @@
 // negotiated them), so piece numbers agree without any other exchange. Each segment is
 // reduced by one rank and copied by the others: the result is bit-identical on every
 // rank, and the same from run to run.
+//
+// A rank that dies mid-call leaves the others waiting on its counters (sleeping after a
+// brief spin): mpirun ends the whole job when one of its ranks dies (1-3 s here).
 #pragma once
 
 #include <atomic>
