@@ -50,41 +50,43 @@ MpiTransport::MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window, s
 }
 
 void MpiTransport::map_shared_segment(size_t slot_bytes) {
-  MPI_Comm node = MPI_COMM_NULL;
-  mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+  struct NodeComm {
+    MPI_Comm comm = MPI_COMM_NULL;
+    ~NodeComm() {
+      if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    }
+  } node;
+  mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node.comm),
             "MPI_Comm_split_type (shared-memory allreduce)");
   int node_size = 0;
-  MPI_Comm_size(node, &node_size);
-  if (node_size == size_) {  // true on every rank or on none
-    MPI_Info info;
-    MPI_Info_create(&info);
-    MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each rank's region on its own pages
-    // Open MPI does not align the regions: ask for a cache line more and align each
-    // pointer up (the mapping is page-aligned in every process, so all agree).
-    auto align = [](unsigned char* p) {
-      return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
-    };
-    unsigned char* mine = nullptr;
-    int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(ShmAllreduce::region_bytes(slot_bytes) + 64), 1, info, node,
-                                     &mine, &shm_window_);
-    MPI_Info_free(&info);
-    if (rc != MPI_SUCCESS) {
-      MPI_Comm_free(&node);
-      mpi_check(rc, "MPI_Win_allocate_shared (shared-memory allreduce; check the size of /dev/shm)");
-    }
-    ShmAllreduce::zero_counters(align(mine));
-    std::vector<unsigned char*> regions(static_cast<size_t>(size_));
-    for (int q = 0; q < size_; ++q) {
-      MPI_Aint bytes = 0;
-      int disp = 0;
-      mpi_check(MPI_Win_shared_query(shm_window_, q, &bytes, &disp, &regions[static_cast<size_t>(q)]),
-                "MPI_Win_shared_query");
-      regions[static_cast<size_t>(q)] = align(regions[static_cast<size_t>(q)]);
-    }
-    mpi_check(MPI_Barrier(node), "MPI_Barrier (shared-memory allreduce)");  // every region's counters are zero
-    shm_ = std::make_unique<ShmAllreduce>(rank_, std::move(regions), slot_bytes);
+  MPI_Comm_size(node.comm, &node_size);
+  if (node_size != size_) return;  // ranks on several nodes: the same answer on every rank
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each rank's region on its own pages
+  // Open MPI does not align the regions: ask for a cache line more and align each
+  // pointer up (the mapping is page-aligned in every process, so all agree).
+  auto align = [](unsigned char* p) {
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64);
+  };
+  unsigned char* mine = nullptr;
+  int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(ShmAllreduce::region_bytes(slot_bytes) + 64), 1, info,
+                                   node.comm, &mine, &shm_window_);
+  MPI_Info_free(&info);
+  mpi_check(rc,
+            "MPI_Win_allocate_shared (the shared-memory allreduce's segment; check the free space of /dev/shm, or "
+            "set allreduce_shm_kb=0 to reduce over MPI_Allreduce instead)");
+  ShmAllreduce::zero_counters(align(mine));
+  std::vector<unsigned char*> regions(static_cast<size_t>(size_));
+  for (int q = 0; q < size_; ++q) {
+    MPI_Aint bytes = 0;
+    int disp = 0;
+    mpi_check(MPI_Win_shared_query(shm_window_, q, &bytes, &disp, &regions[static_cast<size_t>(q)]),
+              "MPI_Win_shared_query");
+    regions[static_cast<size_t>(q)] = align(regions[static_cast<size_t>(q)]);
   }
-  MPI_Comm_free(&node);
+  mpi_check(MPI_Barrier(node.comm), "MPI_Barrier (shared-memory allreduce)");  // every region's counters are zero
+  shm_ = std::make_unique<ShmAllreduce>(rank_, std::move(regions), slot_bytes);
 }
 
 MpiTransport::~MpiTransport() {
