@@ -58,9 +58,16 @@ void MpiTransport::map_shared_segment(size_t slot_bytes) {
   } node;
   mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node.comm),
             "MPI_Comm_split_type (shared-memory allreduce)");
-  int node_size = 0;
+  int node_size = 0, local_rank = 0;
   MPI_Comm_size(node.comm, &node_size);
-  if (node_size != size_) return;  // ranks on several nodes: the same answer on every rank
+  MPI_Comm_rank(node.comm, &local_rank);
+  int sizes[2] = {node_size, -node_size};  // min and -max over every rank
+  mpi_check(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce (node sizes)");
+  if (sizes[0] != -sizes[1] || node_size == 1) return;  // uneven nodes, or one rank per node
+  if (node_size < size_) {
+    mpi_check(MPI_Comm_split(comm_, local_rank, rank_, &cross_), "MPI_Comm_split (ranks across nodes)");
+    MPI_Comm_set_errhandler(cross_, MPI_ERRORS_RETURN);
+  }
   MPI_Info info;
   MPI_Info_create(&info);
   MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each rank's region on its own pages
@@ -77,8 +84,8 @@ void MpiTransport::map_shared_segment(size_t slot_bytes) {
             "MPI_Win_allocate_shared (the shared-memory allreduce's segment; check the free space of /dev/shm, or "
             "set allreduce_shm_kb=0 to reduce over MPI_Allreduce instead)");
   ShmAllreduce::zero_counters(align(mine));
-  std::vector<unsigned char*> regions(static_cast<size_t>(size_));
-  for (int q = 0; q < size_; ++q) {
+  std::vector<unsigned char*> regions(static_cast<size_t>(node_size));
+  for (int q = 0; q < node_size; ++q) {
     MPI_Aint bytes = 0;
     int disp = 0;
     mpi_check(MPI_Win_shared_query(shm_window_, q, &bytes, &disp, &regions[static_cast<size_t>(q)]),
@@ -86,12 +93,13 @@ void MpiTransport::map_shared_segment(size_t slot_bytes) {
     regions[static_cast<size_t>(q)] = align(regions[static_cast<size_t>(q)]);
   }
   mpi_check(MPI_Barrier(node.comm), "MPI_Barrier (shared-memory allreduce)");  // every region's counters are zero
-  shm_ = std::make_unique<ShmAllreduce>(rank_, std::move(regions), slot_bytes);
+  shm_ = std::make_unique<ShmAllreduce>(local_rank, std::move(regions), slot_bytes);
 }
 
 MpiTransport::~MpiTransport() {
   shm_.reset();
   if (shm_window_ != MPI_WIN_NULL) MPI_Win_free(&shm_window_);
+  if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
   for (auto& row : half_ops_)
     for (MPI_Op& op : row)
       if (op != MPI_OP_NULL && op != MPI_Op{}) MPI_Op_free(&op);
@@ -154,7 +162,7 @@ MPI_Op MpiTransport::mpi_op(DType t, kernels::Reduce op) const {
 }
 
 void MpiTransport::and_words(std::vector<uint64_t>& words) {
-  if (shm_ && shm_->words_fit(words.size())) {
+  if (shm_ && !hierarchical() && shm_->words_fit(words.size())) {
     shm_->and_words(words);
     return;
   }
@@ -186,7 +194,13 @@ void MpiTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce o
 
 void MpiTransport::allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
   if (shm_) {
-    for (const auto& [buf, count] : bufs) shm_->allreduce(buf, count, t, op);
+    ShmAllreduce::AcrossNodes across;
+    if (hierarchical())
+      across = [&](void* segment, size_t count) {
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, segment, static_cast<int>(count), mpi_type(t), mpi_op(t, op), cross_),
+                  "MPI_Allreduce (across nodes)");
+      };
+    for (const auto& [buf, count] : bufs) shm_->allreduce(buf, count, t, op, across);
     return;
   }
   size_t esize = dtype_size(t);

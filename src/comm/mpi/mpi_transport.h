@@ -1,9 +1,11 @@
 // The MPI transport: host memory over a private duplicate of the runtime's
 // communicator (so the engine's collectives never interleave with other MPI users).
-// When every rank shares one node, allreduces run through a shared segment of our own
-// (ShmAllreduce: each rank reduces 1/n of the data instead of all of it); otherwise
-// large ones are cut into cache-sized chunks: Open MPI's shared-memory allreduce falls
-// from ~2.8 GB/s at 1 MiB to ~1 GB/s at 64 MiB and above.
+// When every node runs the same number (> 1) of ranks, allreduces run through a shared
+// segment of our own per node (ShmAllreduce: each rank reduces 1/n of the data instead of
+// all of it); across nodes each local rank allreduces its segment with the ranks of the
+// same local rank (hierarchical: one stream per local rank). Otherwise large allreduces
+// are cut into cache-sized chunks: Open MPI's shared-memory allreduce falls from ~2.8 GB/s
+// at 1 MiB to ~1 GB/s at 64 MiB and above.
 #pragma once
 
 #include <mpi.h>
@@ -21,7 +23,7 @@ class MpiTransport final : public Transport {
   // Collective over `parent` (duplicates it).
   // chunk_bytes: the most bytes one MPI allreduce call carries (0 = no chunking);
   // window: how many chunk reductions are in flight at once; shm_slot_bytes: the piece
-  // size of the shared-memory allreduce, used when every rank is on this node (0 = never).
+  // size of the shared-memory allreduce (0 = never; see above for when it applies).
   MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window = 16, size_t shm_slot_bytes = 0);
   ~MpiTransport() override;
   MpiTransport(const MpiTransport&) = delete;
@@ -44,8 +46,10 @@ class MpiTransport final : public Transport {
                       kernels::Reduce op) override;
   void barrier() override;
   void abort_waits() override;
-  // Whether allreduces go through the shared-memory segment.
+  // Whether allreduces go through the shared-memory segment, and whether they then also
+  // cross nodes (hierarchical).
   bool uses_shm() const { return shm_ != nullptr; }
+  bool hierarchical() const { return cross_ != MPI_COMM_NULL; }
 
  private:
   // Waits for a nonblocking call without burning a core: spins briefly, then sleeps
@@ -53,7 +57,8 @@ class MpiTransport final : public Transport {
   void wait(MPI_Request& request, const char* call);
   MPI_Datatype mpi_type(DType t) const;
   MPI_Op mpi_op(DType t, kernels::Reduce op) const;
-  // Maps the shared segment when every rank of comm_ is on this node (all ranks decide alike).
+  // Maps the shared segment when every node runs as many ranks, more than one (all ranks
+  // decide alike), and splits cross_ when there are several nodes.
   void map_shared_segment(size_t slot_bytes);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
@@ -64,6 +69,7 @@ class MpiTransport final : public Transport {
   std::atomic<bool> aborted_{false};
   MPI_Win shm_window_ = MPI_WIN_NULL;
   std::unique_ptr<ShmAllreduce> shm_;
+  MPI_Comm cross_ = MPI_COMM_NULL;  // this local rank on every node (hierarchical only)
 };
 
 }  // namespace cohort::comm

@@ -81,12 +81,12 @@ void ShmAllreduce::wait_all(Counter c, uint64_t value) const {
   }
 }
 
-void ShmAllreduce::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
+void ShmAllreduce::allreduce(void* buf, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across) {
   if (count == 0) return;
   size_t esize = dtype_size(t);
   size_t per_piece = std::max<size_t>(1, slot_bytes_ / esize);
   for (size_t first = 0; first < count; first += per_piece)
-    piece(static_cast<char*>(buf) + first * esize, std::min(per_piece, count - first), esize, t, op);
+    piece(static_cast<char*>(buf) + first * esize, std::min(per_piece, count - first), esize, t, op, across);
 }
 
 void ShmAllreduce::and_words(std::vector<uint64_t>& words) {
@@ -105,7 +105,7 @@ void ShmAllreduce::and_words(std::vector<uint64_t>& words) {
   }
 }
 
-void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op) {
+void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op, const AcrossNodes& across) {
   const uint64_t k = ++pieces_;
   const Segment mine = segment(rank_, n, esize);
   // A: publish every segment but my own.
@@ -121,6 +121,7 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
     char* acc = data + mine.begin * esize;
     for (int q = 0; q < size(); ++q)
       if (q != rank_) kernels::combine(acc, slot(q, k) + mine.begin * esize, len, t, op);
+    if (across) across(acc, len);
     std::memcpy(out + mine.begin * esize, acc, len * esize);
   }
   counter(rank_, kReduced).store(k, std::memory_order_release);

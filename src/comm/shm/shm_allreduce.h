@@ -10,8 +10,9 @@
 // the next piece while slower ranks still read the last one). For piece k a rank
 //   A  copies its data of every segment but its own into its slot, then sets filled = k;
 //   B  once every rank has filled k, reduces its own segment in place in the caller's
-//      buffer (its own data, then the others' slots in rank order), copies the result
-//      into its slot, then sets reduced = k;
+//      buffer (its own data, then the others' slots in rank order), reduces it across
+//      nodes if the job spans several (a hierarchical allreduce: one stream per local
+//      rank), copies the result into its slot, then sets reduced = k;
 //   C  once every rank has reduced k, copies the others' reduced segments into the buffer.
 // A slot is never overwritten while a peer still reads it: a rank fills piece k + 2 only
 // after B of piece k + 1 saw every rank fill k + 1, which each did after its C of piece
@@ -27,6 +28,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/reduce.h"
@@ -48,9 +50,15 @@ class ShmAllreduce {
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(regions_.size()); }
 
+  // Reduces a segment of elements across nodes, in place: called on the segment this
+  // rank has just reduced within its node, before the other local ranks copy it. The
+  // ranks with this local rank on every other node make the same calls (each node has as
+  // many ranks, so segments agree).
+  using AcrossNodes = std::function<void(void* segment, size_t count)>;
+
   // In place: buf holds count elements of t on entry and the reduction on return. Every
   // rank calls it with the same count, dtype and op, in the same order. Engine thread only.
-  void allreduce(void* buf, size_t count, DType t, kernels::Reduce op);
+  void allreduce(void* buf, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across = {});
   // words = the AND of every rank's words (the engine's negotiation flags and cache
   // bits), in one piece; needs words_fit(words.size()). Same calling rules as allreduce.
   void and_words(std::vector<uint64_t>& words);
@@ -64,7 +72,7 @@ class ShmAllreduce {
     size_t begin, end;  // elements of the piece
   };
 
-  void piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op);
+  void piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op, const AcrossNodes& across);
   Segment segment(int q, size_t n, size_t esize) const;
   std::atomic_ref<uint64_t> counter(int q, Counter c) const;
   unsigned char* slot(int q, uint64_t piece) const;

@@ -1,11 +1,13 @@
-// The MPI transport on real ranks (run under mpirun): ranks of one node reduce through
-// the shared segment, results agree with the plain MPI_Allreduce path for every dtype and
-// op, several buffers in one call and buffers of many pieces, and the negotiation's AND
-// of words takes either path.
+// The MPI transport on real ranks (run under mpirun, on one host or several): ranks reduce
+// through the shared segment when every node runs as many ranks (hierarchically when
+// there are several nodes), results agree with the plain MPI_Allreduce path for every
+// dtype and op, several buffers in one call and buffers of many pieces, and the
+// negotiation's AND of words takes either path.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -68,11 +70,37 @@ std::vector<unsigned char> filled(DType t, size_t count, int rank) {
   return b;
 }
 
-TEST(MpiTransport, RanksOfOneNodeUseTheSharedSegmentUnlessTurnedOff) {
+// How many ranks run on this rank's node, and whether every node runs as many.
+struct NodeLayout {
+  int ranks_here = 0;
+  bool even = false;
+};
+
+NodeLayout node_layout() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank(), MPI_INFO_NULL, &node);
+  NodeLayout l;
+  MPI_Comm_size(node, &l.ranks_here);
+  MPI_Comm_free(&node);
+  int lo = 0, hi = 0;
+  MPI_Allreduce(&l.ranks_here, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&l.ranks_here, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  l.even = lo == hi;
+  return l;
+}
+
+TEST(MpiTransport, TheSharedSegmentIsUsedWhenEveryNodeRunsAsManyRanks) {
   MpiTransport shm(MPI_COMM_WORLD, 1 << 20, 1, 4096);
   MpiTransport plain(MPI_COMM_WORLD, 1 << 20, 1, 0);
-  EXPECT_TRUE(shm.uses_shm());  // mpirun starts every rank of these tests on this machine
+  NodeLayout l = node_layout();
+  const bool want = l.even && l.ranks_here > 1;
+  EXPECT_EQ(shm.uses_shm(), want);
+  EXPECT_EQ(shm.hierarchical(), want && l.ranks_here < world_size());
   EXPECT_FALSE(plain.uses_shm());
+  EXPECT_FALSE(plain.hierarchical());
+  if (world_rank() == 0)  // read by the multi-host test
+    std::printf("transport: %d ranks, %d on node 0, shared segment %d, hierarchical %d\n", world_size(), l.ranks_here,
+                shm.uses_shm() ? 1 : 0, shm.hierarchical() ? 1 : 0);
 }
 
 TEST(MpiTransport, SharedSegmentAgreesWithMpiAllreduceForEveryDtypeAndOp) {
@@ -80,7 +108,6 @@ TEST(MpiTransport, SharedSegmentAgreesWithMpiAllreduceForEveryDtypeAndOp) {
   // 1 KiB pieces: the large count runs through dozens of pieces; 7 and 1 do not fill a line.
   MpiTransport shm(MPI_COMM_WORLD, 1 << 20, 1, 1024);
   MpiTransport plain(MPI_COMM_WORLD, 4096, 2, 0);  // MPI path, cut into pieces, window 2
-  ASSERT_TRUE(shm.uses_shm());
   for (DType t : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16, DType::kI32, DType::kI64, DType::kU8}) {
     for (Reduce op : {Reduce::kSum, Reduce::kMin, Reduce::kMax, Reduce::kProd}) {
       std::vector<size_t> counts = {7, 1, 0, 20011};
