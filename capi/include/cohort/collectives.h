@@ -24,11 +24,13 @@
  * bf16, f64, i32, i64 and u8 (DLPack codes kDLFloat 32/16/64, kDLBfloat 16, kDLInt
  * 32/64, kDLUInt 8).
  *
- * Devices: host tensors (kDLCPU, kDLCUDAHost) are moved over MPI. When every rank runs
- * on one node, host allreduces (and the engine's negotiation) go instead through a
- * shared-memory segment that the ranks map at runtime creation: each rank reduces 1/n of
- * every piece of `allreduce_shm_kb` and copies the others' reduced parts, so results are
- * bit-identical on every rank; `allreduce_shm_kb=0` uses MPI_Allreduce. Tensors in GPU memory
+ * Devices: host tensors (kDLCPU, kDLCUDAHost) are moved over MPI. When every node runs
+ * the same number of ranks (more than one), host allreduces go instead through a
+ * shared-memory segment per node that its ranks map at runtime creation: each rank
+ * reduces 1/n of every piece of `allreduce_shm_kb`, allreduces that part over MPI with
+ * the ranks of the same local rank on the other nodes (if any), and copies the others'
+ * parts, so results are bit-identical on the ranks of a node. On one node the engine's
+ * negotiation uses the segment too. `allreduce_shm_kb=0` uses MPI_Allreduce. Tensors in GPU memory
  * (kDLCUDA) are moved over NCCL: every collective, with scales, averages and f16/bf16
  * computed on the GPU. The runtime must run on that GPU (device=auto or device=cuda:
  * one GPU per rank, the tensor on this rank's device); its NCCL communicator is created
