@@ -14,7 +14,8 @@
 
 #include "comm/shm/shm_allreduce.h"
 #include "core/status.h"
-#include "kernels/half.h"
+#include "support/tensor_values.h"
+#include "tensor/tensor.h"
 
 namespace cohort::comm {
 namespace {
@@ -58,73 +59,6 @@ const Reduce kOps[] = {Reduce::kSum, Reduce::kMin, Reduce::kMax, Reduce::kProd};
 // Small integers: exact in every dtype, sums and products of up to 4 ranks included.
 double value(int rank, size_t i) { return static_cast<double>((static_cast<size_t>(rank) * 7 + i) % 3 + 1); }
 
-void put(std::vector<unsigned char>& b, DType t, size_t i, double v) {
-  switch (t) {
-    case DType::kF32: {
-      auto x = static_cast<float>(v);
-      std::memcpy(&b[i * 4], &x, 4);
-      break;
-    }
-    case DType::kF64:
-      std::memcpy(&b[i * 8], &v, 8);
-      break;
-    case DType::kF16:
-    case DType::kBF16: {
-      uint16_t h = t == DType::kF16 ? kernels::float_to_half(static_cast<float>(v))
-                                    : kernels::float_to_bf16(static_cast<float>(v));
-      std::memcpy(&b[i * 2], &h, 2);
-      break;
-    }
-    case DType::kI32: {
-      auto x = static_cast<int32_t>(v);
-      std::memcpy(&b[i * 4], &x, 4);
-      break;
-    }
-    case DType::kI64: {
-      auto x = static_cast<int64_t>(v);
-      std::memcpy(&b[i * 8], &x, 8);
-      break;
-    }
-    case DType::kU8:
-      b[i] = static_cast<uint8_t>(v);
-      break;
-  }
-}
-
-double get(const std::vector<unsigned char>& b, DType t, size_t i) {
-  switch (t) {
-    case DType::kF32: {
-      float x;
-      std::memcpy(&x, &b[i * 4], 4);
-      return x;
-    }
-    case DType::kF64: {
-      double x;
-      std::memcpy(&x, &b[i * 8], 8);
-      return x;
-    }
-    case DType::kF16:
-    case DType::kBF16: {
-      uint16_t h;
-      std::memcpy(&h, &b[i * 2], 2);
-      return t == DType::kF16 ? kernels::half_to_float(h) : kernels::bf16_to_float(h);
-    }
-    case DType::kI32: {
-      int32_t x;
-      std::memcpy(&x, &b[i * 4], 4);
-      return x;
-    }
-    case DType::kI64: {
-      int64_t x;
-      std::memcpy(&x, &b[i * 8], 8);
-      return static_cast<double>(x);
-    }
-    case DType::kU8:
-      return b[i];
-  }
-  return 0;
-}
-
 double reference(Reduce op, int n, size_t i) {
   double acc = value(0, i);
   for (int q = 1; q < n; ++q) {
@@ -148,16 +82,16 @@ TEST(ShmAllreduce, EveryDtypeAndOpMatchesTheReference) {
           for (size_t count : {size_t{0}, size_t{1}, size_t{5}, size_t{17}, size_t{64}, size_t{65}, slot / esize,
                                3 * slot / esize + 7}) {
             for (Reduce op : kOps) {
-              std::vector<unsigned char> buf(count * esize + 1);
-              for (size_t i = 0; i < count; ++i) put(buf, t, i, value(rank, i));
+              Tensor buf = Tensor::empty({static_cast<int64_t>(count)}, t);
+              for (size_t i = 0; i < count; ++i) test::set(buf, static_cast<int64_t>(i), value(rank, i));
               shm.allreduce(buf.data(), count, t, op);
-              for (size_t i = 0; i < count; ++i)
-                if (get(buf, t, i) != reference(op, n, i)) {
-                  if (wrong++ < 5)
-                    ADD_FAILURE() << "rank " << rank << " of " << n << ", slot " << slot << ", " << dtype_name(t)
-                                  << " op " << static_cast<int>(op) << " count " << count << " [" << i
-                                  << "]: " << get(buf, t, i) << " != " << reference(op, n, i);
-                }
+              for (size_t i = 0; i < count; ++i) {
+                double got = test::get(buf, static_cast<int64_t>(i));
+                if (got != reference(op, n, i) && wrong++ < 5)
+                  ADD_FAILURE() << "rank " << rank << " of " << n << ", slot " << slot << ", " << dtype_name(t)
+                                << " op " << static_cast<int>(op) << " count " << count << " [" << i << "]: " << got
+                                << " != " << reference(op, n, i);
+              }
             }
           }
         }
