@@ -10,6 +10,7 @@
 #endif
 
 #include "core/status.h"
+#include "kernels/copy.h"
 
 namespace cohort::comm {
 namespace {
@@ -60,22 +61,35 @@ ShmAllreduce::Segment ShmAllreduce::segment(int q, size_t n, size_t esize) const
 }
 
 void ShmAllreduce::wait_all(Counter c, uint64_t value) const {
+  using Clock = std::chrono::steady_clock;
+  // Spin briefly (the peer usually runs on another core), then yield the core (it may be
+  // waiting for it) for kYieldFor, then sleep with growing pauses up to kMaxSleep (an idle
+  // or oversubscribed node). kMaxSleep < kYieldFor matters: a rank that overslept is still
+  // met by a peer that is yielding, never by one asleep in turn, so two ranks cannot fall
+  // into sleeping alternately on every piece (seen as 256 and 512 MiB allreduces at a
+  // quarter of their speed).
+  constexpr auto kYieldFor = std::chrono::milliseconds(2);
+  constexpr auto kMaxSleep = std::chrono::microseconds(1000);
+  static_assert(kMaxSleep < kYieldFor);
   for (int q = 0; q < size(); ++q) {
     if (q == rank_) continue;
     std::atomic_ref<uint64_t> v = counter(q, c);
-    // Spin briefly (the peer is usually running on another core), then yield the core
-    // (it may be waiting for it), then sleep with growing pauses (an oversubscribed node).
-    auto pause = std::chrono::microseconds(20);
+    Clock::time_point yield_until{};
+    auto pause = std::chrono::microseconds(50);
     for (int tries = 0; v.load(std::memory_order_acquire) < value; ++tries) {
       if (aborted_.load(std::memory_order_relaxed))
         fail(Code::kCancelled, "shared-memory allreduce abandoned: the runtime is shutting down after an error");
       if (tries < 200) {
         cpu_relax();
-      } else if (tries < 1200) {
+        continue;
+      }
+      auto now = Clock::now();
+      if (tries == 200) yield_until = now + kYieldFor;
+      if (now < yield_until) {
         std::this_thread::yield();
       } else {
         std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(500));
+        pause = std::min(pause * 2, kMaxSleep);
       }
     }
   }
@@ -110,8 +124,8 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
   const Segment mine = segment(rank_, n, esize);
   // A: publish every segment but my own.
   unsigned char* out = slot(rank_, k);
-  if (mine.begin) std::memcpy(out, data, mine.begin * esize);
-  if (n > mine.end) std::memcpy(out + mine.end * esize, data + mine.end * esize, (n - mine.end) * esize);
+  if (mine.begin) kernels::copy_bytes(out, data, mine.begin * esize);
+  if (n > mine.end) kernels::copy_bytes(out + mine.end * esize, data + mine.end * esize, (n - mine.end) * esize);
   counter(rank_, kFilled).store(k, std::memory_order_release);
 
   // B: reduce my segment, in rank order.
@@ -122,7 +136,7 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
     for (int q = 0; q < size(); ++q)
       if (q != rank_) kernels::combine(acc, slot(q, k) + mine.begin * esize, len, t, op);
     if (across) across(acc, len);
-    std::memcpy(out + mine.begin * esize, acc, len * esize);
+    kernels::copy_bytes(out + mine.begin * esize, acc, len * esize);
   }
   counter(rank_, kReduced).store(k, std::memory_order_release);
 
@@ -131,7 +145,8 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
   for (int q = 0; q < size(); ++q) {
     if (q == rank_) continue;
     Segment s = segment(q, n, esize);
-    if (s.end > s.begin) std::memcpy(data + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
+    if (s.end > s.begin)
+      kernels::copy_bytes(data + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
   }
 }
 
