@@ -8,6 +8,7 @@
 #include <sched.h>
 
 #include "core/logging.h"
+#include "kernels/copy.h"
 
 namespace cohort::comm {
 namespace {
@@ -728,7 +729,7 @@ void Engine::run_allreduce_batch(std::vector<Response*>& batch) {
     if (it == pending_by_name_.end()) {
       std::memset(fusion_.data() + offset, 0, n);  // a joined rank contributes zeros
     } else if (n) {
-      std::memcpy(fusion_.data() + offset, pending_.at(it->second).entry.input.data(), n);
+      kernels::copy_bytes(fusion_.data() + offset, pending_.at(it->second).entry.input.data(), n);
     }
     offset += n;
   }
@@ -744,7 +745,7 @@ void Engine::run_allreduce_batch(std::vector<Response*>& batch) {
     size_t n = static_cast<size_t>(shape_numel(r->agreed.shape)) * esize;
     auto it = pending_by_name_.find(r->name);
     if (it != pending_by_name_.end() && n)
-      std::memcpy(pending_.at(it->second).entry.output.data(), fusion_.data() + offset, n);
+      kernels::copy_bytes(pending_.at(it->second).entry.output.data(), fusion_.data() + offset, n);
     offset += n;
   }
   int64_t t3 = Timeline::now_us();
