@@ -64,10 +64,9 @@ void ShmAllreduce::wait_all(Counter c, uint64_t value) const {
   using Clock = std::chrono::steady_clock;
   // Spin briefly (the peer usually runs on another core), then yield the core (it may be
   // waiting for it) for kYieldFor, then sleep with growing pauses up to kMaxSleep (an idle
-  // or oversubscribed node). kMaxSleep < kYieldFor matters: a rank that overslept is still
-  // met by a peer that is yielding, never by one asleep in turn, so two ranks cannot fall
-  // into sleeping alternately on every piece (seen as 256 and 512 MiB allreduces at a
-  // quarter of their speed).
+  // or oversubscribed node). kMaxSleep < kYieldFor by design: a rank that overslept is
+  // still met by a peer that is yielding, never by one asleep in turn, so two ranks cannot
+  // settle into sleeping alternately on every piece.
   constexpr auto kYieldFor = std::chrono::milliseconds(2);
   constexpr auto kMaxSleep = std::chrono::microseconds(1000);
   static_assert(kMaxSleep < kYieldFor);
