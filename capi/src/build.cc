@@ -21,6 +21,7 @@
 #include "core/status.h"
 #include "core/strings.h"
 #include "shim.h"
+#include "structs.h"
 
 using namespace cohort;
 using capi::guard;
@@ -135,11 +136,9 @@ extern "C" {
 
 COHORT_API cohort_status_t cohort_build_info(cohort_build_info_t* info) {
   return guard("cohort_build_info", [&] {
-    need(info, "info");
-    capi::check_struct_size(info->struct_size, sizeof(cohort_build_info_t), "cohort_build_info_t");
+    capi::check_struct_size<cohort_build_info_t>(need(info, "info")->struct_size, "info");
     const BuildFacts& f = facts();
     cohort_build_info_t full{};
-    full.struct_size = info->struct_size;
     full.cohort_version = COHORT_VERSION_STRING;
     full.mpi_library = f.mpi_library.c_str();
     full.mpi_version = f.mpi_version;
@@ -154,27 +153,25 @@ COHORT_API cohort_status_t cohort_build_info(cohort_build_info_t* info) {
     full.jpeg_turbo = f.jpeg_turbo.c_str();
     full.gpu_count = static_cast<int>(f.gpus.size());
     full.gpu_note = f.gpu_note.c_str();
-    std::memcpy(info, &full, info->struct_size);  // an older caller's smaller struct gets its prefix
+    capi::write_out(info, full, "info");  // an older caller's smaller struct gets its prefix
   });
 }
 
 COHORT_API cohort_status_t cohort_build_gpu_info(int index, cohort_gpu_info_t* info) {
   return guard("cohort_build_gpu_info", [&] {
-    need(info, "info");
-    capi::check_struct_size(info->struct_size, sizeof(cohort_gpu_info_t), "cohort_gpu_info_t");
+    capi::check_struct_size<cohort_gpu_info_t>(need(info, "info")->struct_size, "info");
     const BuildFacts& f = facts();
     require(index >= 0 && static_cast<size_t>(index) < f.gpus.size(), "GPU index ", index,
             " is out of range: this process sees ", f.gpus.size(), " GPU(s)");
     const Gpu& g = f.gpus[static_cast<size_t>(index)];
     cohort_gpu_info_t full{};
-    full.struct_size = info->struct_size;
     full.name = g.name.c_str();
     full.pci_bus_id = g.pci_bus_id.c_str();
     full.total_memory = g.total_memory;
     full.compute_major = g.major;
     full.compute_minor = g.minor;
     full.multiprocessors = g.sms;
-    std::memcpy(info, &full, info->struct_size);
+    capi::write_out(info, full, "info");
   });
 }
 

@@ -6,11 +6,14 @@
 #include "comm/engine.h"
 #include "handles.h"
 #include "runtime/mpi_process.h"
+#include "core/logging.h"
 #include "shim.h"
+#include "structs.h"
 
 struct cohort_request_t {
   std::shared_ptr<cohort::Runtime> runtime;
   std::shared_ptr<cohort::comm::Request> request;
+  std::string what;  // "allreduce 'name'", for the message of a destroy that gives up waiting
 };
 
 using namespace cohort;
@@ -26,15 +29,6 @@ comm::Engine& engine_of(cohort_runtime_t* rt) {
 }
 
 std::string name_of(const char* name) { return need(name, "name"); }
-
-Tensor tensor_of(const DLTensor* t, const char* what) {
-  need(t, what);
-  try {
-    return Tensor::from_dlpack(*t);
-  } catch (const Error& e) {
-    fail(e.code(), what, ": ", e.what());
-  }
-}
 
 comm::ReduceOp reduce_op_of(int op) {
   switch (op) {
@@ -53,11 +47,12 @@ comm::ReduceOp reduce_op_of(int op) {
        " is not one of COHORT_REDUCE_SUM, _AVERAGE, _MIN, _MAX, _PRODUCT (0..4)");
 }
 
+constexpr cohort_allreduce_options_t kDefaultAllreduceOptions{sizeof(cohort_allreduce_options_t), COHORT_REDUCE_SUM,
+                                                              1.0, 1.0};
+
 void apply_options(comm::TensorEntry& e, const cohort_allreduce_options_t* options) {
   if (!options) return;
-  capi::check_struct_size(options->struct_size, sizeof(cohort_allreduce_options_t), "cohort_allreduce_options_t");
-  cohort_allreduce_options_t full{sizeof(full), COHORT_REDUCE_SUM, 1.0, 1.0};
-  std::memcpy(&full, options, options->struct_size);
+  const cohort_allreduce_options_t full = capi::read_in(options, kDefaultAllreduceOptions, "options");
   // Read the op as an int: a caller's out-of-range value must not be loaded as the enum.
   static_assert(sizeof(cohort_reduce_op_t) == sizeof(int), "cohort_reduce_op_t is int-sized");
   int op = 0;
@@ -72,15 +67,17 @@ comm::TensorEntry allreduce_entry(const char* name, DLTensor* input, DLTensor* o
   comm::TensorEntry e;
   e.name = name_of(name);
   e.type = comm::OpType::kAllreduce;
-  e.input = tensor_of(input, "input");
-  if (output && output != input) e.output = tensor_of(output, "output");
+  e.input = capi::tensor_of(input, "input");
+  if (output && output != input) e.output = capi::tensor_of(output, "output");
   apply_options(e, options);
   return e;
 }
 
-void hand_out(cohort_runtime_t* rt, std::shared_ptr<comm::Request> req, cohort_request_t** out) {
-  *out = new cohort_request_t{rt->runtime, std::move(req)};
+void hand_out(cohort_runtime_t* rt, std::shared_ptr<comm::Request> req, std::string what, cohort_request_t** out) {
+  *out = new cohort_request_t{rt->runtime, std::move(req), std::move(what)};
 }
+
+std::string what_of(const char* op, const char* name) { return cat(op, " '", name ? name : "", "'"); }
 
 void wait_ok(const comm::Request& req) {
   Status s = req.wait();
@@ -127,8 +124,8 @@ comm::TensorEntry broadcast_entry(const char* name, DLTensor* input, DLTensor* o
   comm::TensorEntry e;
   e.name = name_of(name);
   e.type = comm::OpType::kBroadcast;
-  e.input = tensor_of(input, "input");
-  if (output && output != input) e.output = tensor_of(output, "output");
+  e.input = capi::tensor_of(input, "input");
+  if (output && output != input) e.output = capi::tensor_of(output, "output");
   e.root = root;
   return e;
 }
@@ -137,15 +134,25 @@ comm::TensorEntry simple_entry(const char* name, const DLTensor* input, comm::Op
   comm::TensorEntry e;
   e.name = name_of(name);
   e.type = type;
-  e.input = tensor_of(input, "input");
+  e.input = capi::tensor_of(input, "input");
   return e;
 }
 
+// splits: NULL (equal parts) or `count` row counts, one per rank.
 comm::TensorEntry alltoall_entry(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
-                                 const int64_t* splits) {
+                                 const int64_t* splits, size_t count) {
   comm::TensorEntry e = simple_entry(name, input, comm::OpType::kAlltoall);
-  if (splits) e.splits.assign(splits, splits + runtime->runtime->size());
+  const size_t ranks = static_cast<size_t>(runtime->runtime->size());
+  require(splits != nullptr || count == 0, "send_splits is NULL but num_send_splits is ", count);
+  require(!splits || count == ranks, "num_send_splits is ", count, " but the runtime has ", ranks,
+          " ranks: give one row count per rank, or NULL for equal parts");
+  if (splits) e.splits.assign(splits, splits + count);
   return e;
+}
+
+// The deprecated alltoall's split count: it assumed one per rank.
+size_t ranks_of(cohort_runtime_t* runtime, const int64_t* splits) {
+  return splits ? static_cast<size_t>(runtime->runtime->size()) : 0;
 }
 }  // namespace
 
@@ -161,8 +168,12 @@ extern "C" {
 
 COHORT_API cohort_status_t cohort_allreduce_options_default(cohort_allreduce_options_t* options) {
   return guard("cohort_allreduce_options_default", [&] {
-    *need(options, "options") =
-        cohort_allreduce_options_t{sizeof(cohort_allreduce_options_t), COHORT_REDUCE_SUM, 1.0, 1.0};
+    // Callers leave struct_size unset here, so this call can never learn their size: it
+    // fills the struct's first version only, whose size it sets, for every caller.
+    constexpr size_t first_version = offsetof(cohort_allreduce_options_t, postscale) + sizeof(double);
+    static_assert(first_version <= sizeof(cohort_allreduce_options_t));
+    std::memcpy(static_cast<void*>(need(options, "options")), &kDefaultAllreduceOptions, first_version);
+    options->struct_size = first_version;
   });
 }
 
@@ -173,7 +184,7 @@ COHORT_API cohort_status_t cohort_allreduce_async(cohort_runtime_t* runtime, con
     need(out, "out");
     *out = nullptr;
     comm::Engine& engine = engine_of(runtime);
-    hand_out(runtime, engine.submit(allreduce_entry(name, input, output, options)), out);
+    hand_out(runtime, engine.submit(allreduce_entry(name, input, output, options)), what_of("allreduce", name), out);
   });
 }
 
@@ -193,7 +204,8 @@ COHORT_API cohort_status_t cohort_grouped_allreduce_async(cohort_runtime_t* runt
   return guard("cohort_grouped_allreduce_async", [&] {
     need(out, "out");
     *out = nullptr;
-    hand_out(runtime, submit_group(runtime, count, names, inputs, outputs, options), out);
+    hand_out(runtime, submit_group(runtime, count, names, inputs, outputs, options),
+             what_of("grouped allreduce", count > 0 && names ? names[0] : ""), out);
   });
 }
 
@@ -210,7 +222,7 @@ COHORT_API cohort_status_t cohort_broadcast_async(cohort_runtime_t* runtime, con
     need(out, "out");
     *out = nullptr;
     comm::Engine& engine = engine_of(runtime);
-    hand_out(runtime, engine.submit(broadcast_entry(name, input, output, root)), out);
+    hand_out(runtime, engine.submit(broadcast_entry(name, input, output, root)), what_of("broadcast", name), out);
   });
 }
 
@@ -228,7 +240,8 @@ COHORT_API cohort_status_t cohort_allgather_async(cohort_runtime_t* runtime, con
     need(out, "out");
     *out = nullptr;
     comm::Engine& engine = engine_of(runtime);
-    hand_out(runtime, engine.submit(simple_entry(name, input, comm::OpType::kAllgather)), out);
+    hand_out(runtime, engine.submit(simple_entry(name, input, comm::OpType::kAllgather)), what_of("allgather", name),
+             out);
   });
 }
 
@@ -244,13 +257,45 @@ COHORT_API cohort_status_t cohort_allgather(cohort_runtime_t* runtime, const cha
   });
 }
 
+COHORT_API cohort_status_t cohort_alltoallv_async(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
+                                                  const int64_t* send_splits, size_t num_send_splits,
+                                                  cohort_request_t** out) {
+  return guard("cohort_alltoallv_async", [&] {
+    need(out, "out");
+    *out = nullptr;
+    comm::Engine& engine = engine_of(runtime);
+    hand_out(runtime, engine.submit(alltoall_entry(runtime, name, input, send_splits, num_send_splits)),
+             what_of("alltoall", name), out);
+  });
+}
+
+COHORT_API cohort_status_t cohort_alltoallv(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
+                                            const int64_t* send_splits, size_t num_send_splits,
+                                            DLManagedTensor** result, int64_t* recv_splits, size_t num_recv_splits) {
+  return guard("cohort_alltoallv", [&] {
+    need(result, "result");
+    *result = nullptr;
+    comm::Engine& engine = engine_of(runtime);
+    require(!recv_splits || num_recv_splits >= static_cast<size_t>(runtime->runtime->size()), "num_recv_splits is ",
+            num_recv_splits, " but recv_splits needs room for one count per rank (", runtime->runtime->size(), ")");
+    auto req = engine.submit(alltoall_entry(runtime, name, input, send_splits, num_send_splits));
+    wait_ok(*req);
+    if (recv_splits) {
+      std::vector<int64_t> r = req->recv_splits();
+      std::copy(r.begin(), r.end(), recv_splits);
+    }
+    *result = output_of(*req);
+  });
+}
+
 COHORT_API cohort_status_t cohort_alltoall_async(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
                                                  const int64_t* splits, cohort_request_t** out) {
   return guard("cohort_alltoall_async", [&] {
     need(out, "out");
     *out = nullptr;
     comm::Engine& engine = engine_of(runtime);
-    hand_out(runtime, engine.submit(alltoall_entry(runtime, name, input, splits)), out);
+    hand_out(runtime, engine.submit(alltoall_entry(runtime, name, input, splits, ranks_of(runtime, splits))),
+             what_of("alltoall", name), out);
   });
 }
 
@@ -260,7 +305,7 @@ COHORT_API cohort_status_t cohort_alltoall(cohort_runtime_t* runtime, const char
     need(result, "result");
     *result = nullptr;
     comm::Engine& engine = engine_of(runtime);
-    auto req = engine.submit(alltoall_entry(runtime, name, input, splits));
+    auto req = engine.submit(alltoall_entry(runtime, name, input, splits, ranks_of(runtime, splits)));
     wait_ok(*req);
     if (recv_splits) {
       std::vector<int64_t> r = req->recv_splits();
@@ -277,7 +322,7 @@ COHORT_API cohort_status_t cohort_reducescatter_async(cohort_runtime_t* runtime,
     need(out, "out");
     *out = nullptr;
     comm::Engine& engine = engine_of(runtime);
-    hand_out(runtime, engine.submit(reducescatter_entry(name, input, op)), out);
+    hand_out(runtime, engine.submit(reducescatter_entry(name, input, op)), what_of("reducescatter", name), out);
   });
 }
 
@@ -297,7 +342,7 @@ COHORT_API cohort_status_t cohort_barrier_async(cohort_runtime_t* runtime, cohor
   return guard("cohort_barrier_async", [&] {
     need(out, "out");
     *out = nullptr;
-    hand_out(runtime, engine_of(runtime).barrier(), out);
+    hand_out(runtime, engine_of(runtime).barrier(), "a barrier", out);
   });
 }
 
@@ -309,7 +354,7 @@ COHORT_API cohort_status_t cohort_join_async(cohort_runtime_t* runtime, cohort_r
   return guard("cohort_join_async", [&] {
     need(out, "out");
     *out = nullptr;
-    hand_out(runtime, engine_of(runtime).join(), out);
+    hand_out(runtime, engine_of(runtime).join(), "a join", out);
   });
 }
 
@@ -360,12 +405,18 @@ COHORT_API cohort_status_t cohort_request_last_joined(cohort_request_t* request,
 }
 
 COHORT_API void cohort_request_destroy(cohort_request_t* request) {
+  if (!request) return;
   try {
-    if (request) request->request->wait();
-    delete request;
+    const double bound = request->runtime->config().get_float("request_destroy_wait_s");
+    const auto timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(bound));
+    if (!request->request->wait_for(timeout))
+      COHORT_LOG_WARN("cohort_request_destroy: ", request->what, " has not completed after ", bound,
+                      " s (request_destroy_wait_s); the handle is released, but the collective stays pending and "
+                      "borrows its tensors until it completes or cohort_runtime_destroy() cancels it");
   } catch (...) {
     // Destruction never throws across the boundary.
   }
+  delete request;
 }
 
 COHORT_API cohort_status_t cohort_runtime_mark_step(cohort_runtime_t* runtime) {

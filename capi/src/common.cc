@@ -16,6 +16,15 @@ void set_last_error(std::string_view function, std::string_view message) {
 
 void clear_last_error() { t_last_error.clear(); }
 
+Tensor tensor_of(const DLTensor* t, const char* what) {
+  need(t, what);
+  try {
+    return Tensor::from_dlpack(*t);
+  } catch (const Error& e) {
+    fail(e.code(), what, ": ", e.what());
+  }
+}
+
 void copy_out(std::string_view text, char* buffer, size_t size, size_t* needed) {
   if (needed) *needed = text.size() + 1;
   require(buffer != nullptr || size == 0, "buffer is NULL but size is ", size);
@@ -23,11 +32,6 @@ void copy_out(std::string_view text, char* buffer, size_t size, size_t* needed) 
           " bytes are needed (see the 'needed' output)");
   std::memcpy(buffer, text.data(), text.size());
   buffer[text.size()] = '\0';
-}
-
-void check_struct_size(size_t struct_size, size_t ours, const char* what) {
-  require(struct_size >= sizeof(size_t) && struct_size <= ours, what, "->struct_size is ", struct_size,
-          ": set it to sizeof(", what, ") (", ours, " in this version of cohort)");
 }
 
 }  // namespace cohort::capi

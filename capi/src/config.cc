@@ -4,6 +4,7 @@
 #include "core/strings.h"
 #include "handles.h"
 #include "shim.h"
+#include "structs.h"
 
 using namespace cohort;
 using capi::guard;
@@ -11,6 +12,23 @@ using capi::need;
 
 namespace {
 const char* need_key(const char* key) { return need(key, "key"); }
+
+// Static text; "" if it cannot be made (nothing may throw across the boundary).
+const char* help_text(const char* group) noexcept {
+  try {
+    return options_help(group ? group : "").c_str();
+  } catch (...) {
+    return "";
+  }
+}
+
+const char* markdown_text() noexcept {
+  try {
+    return options_markdown().c_str();
+  } catch (...) {
+    return "";
+  }
+}
 }  // namespace
 
 extern "C" {
@@ -116,11 +134,9 @@ COHORT_API cohort_status_t cohort_config_parse_args(cohort_config_t* config, int
 
 COHORT_API cohort_status_t cohort_option_describe(const char* key, cohort_option_info_t* info) {
   return guard("cohort_option_describe", [&] {
-    need(info, "info");
-    capi::check_struct_size(info->struct_size, sizeof(cohort_option_info_t), "cohort_option_info_t");
+    capi::check_struct_size<cohort_option_info_t>(need(info, "info")->struct_size, "info");
     const OptionSpec& spec = require_option(need_key(key));
     cohort_option_info_t full{};
-    full.struct_size = info->struct_size;
     full.name = spec.name.data();
     full.type = static_cast<cohort_option_type_t>(spec.type);
     full.default_value = spec.default_value.data();
@@ -129,7 +145,7 @@ COHORT_API cohort_status_t cohort_option_describe(const char* key, cohort_option
     full.choices = spec.choices.data();
     full.group = spec.group.data();
     full.help = spec.help.data();
-    std::memcpy(info, &full, info->struct_size);
+    capi::write_out(info, full, "info");
   });
 }
 
@@ -140,20 +156,12 @@ COHORT_API const char* cohort_option_name(size_t index) {
   return index < registry.size() ? registry[index].name.data() : nullptr;
 }
 
-COHORT_API const char* cohort_options_help(const char* group) {
-  try {
-    return options_help(group ? group : "").c_str();
-  } catch (...) {
-    return "";
-  }
-}
+COHORT_API const char* cohort_option_help(const char* group) { return help_text(group); }
 
-COHORT_API const char* cohort_options_markdown(void) {
-  try {
-    return options_markdown().c_str();
-  } catch (...) {
-    return "";
-  }
-}
+COHORT_API const char* cohort_option_markdown(void) { return markdown_text(); }
+
+COHORT_API const char* cohort_options_help(const char* group) { return help_text(group); }
+
+COHORT_API const char* cohort_options_markdown(void) { return markdown_text(); }
 
 }  // extern "C"

@@ -1,5 +1,5 @@
-// The model shim: zoo and layer builder, parameters as DLPack views, inference,
-// loss and backward.
+// The model shim: translates to train::Model (zoo and custom networks, inference,
+// loss, forward/backward) and parses the layer builder's parameter text.
 #include "cohort/model.h"
 
 #include <algorithm>
@@ -7,13 +7,13 @@
 #include <map>
 #include <sstream>
 
-#include "backend/backend.h"
 #include "core/strings.h"
 #include "handles.h"
-#include "model_handle.h"
 #include "models/zoo.h"
 #include "runtime/mpi_process.h"
 #include "shim.h"
+#include "structs.h"
+#include "train/model_data.h"
 
 using namespace cohort;
 using capi::guard;
@@ -25,40 +25,26 @@ Config config_of(const cohort_runtime_t* rt, const cohort_config_t* config) {
   return config ? config->config : rt->runtime->config();
 }
 
-std::unique_ptr<cohort_model_t> new_model(cohort_runtime_t* runtime, const Config& cfg) {
+std::shared_ptr<Runtime> runtime_of(const cohort_runtime_t* runtime) {
   need(runtime, "runtime");
   mpi_process::check_not_poisoned();
-  auto m = std::make_unique<cohort_model_t>();
-  m->runtime = runtime->runtime;
-  m->layout = cfg.get_string("data_format") == "NHWC" ? Layout::kNHWC : Layout::kNCHW;
-  m->seed = static_cast<uint64_t>(cfg.get_int("seed"));
-  return m;
+  return runtime->runtime;
 }
 
-void attach_backend(cohort_model_t& m, const Config& cfg) {
-  int threads = static_cast<int>(cfg.get_int("compute_threads"));
-  if (threads <= 0) threads = m.runtime->thread_budget();
-  m.graph->set_backend(backend::make_cpu_backend(threads));
-  m.graph->set_dropout_seed(m.seed);
-  m.graph->add_grad_ready([mp = &m](int index, const Parameter&) {
-    if (mp->grad_ready) mp->grad_ready(mp->grad_ready_user, static_cast<size_t>(index));
-  });
-}
-
-cohort_model_t& live(cohort_model_t* m) {
+train::Model& live(cohort_model_t* m) {
   need(m, "model");
   mpi_process::check_not_poisoned();
-  return *m;
+  return *m->model;
 }
-const cohort_model_t& live(const cohort_model_t* m) {
+const train::Model& live(const cohort_model_t* m) {
   need(m, "model");
-  return *m;
+  return *m->model;
 }
 
 void materialize(cohort_model_t& m) {
-  if (m.graph->materialized()) return;
-  m.graph->materialize(m.seed);
-  for (const Parameter& p : m.graph->params()) {
+  m.model->materialize();
+  if (!m.views.empty()) return;
+  for (const Parameter& p : m.model->graph().params()) {
     m.views.push_back(p.value.dlpack_view());
     m.views.push_back(p.grad.dlpack_view());
   }
@@ -178,57 +164,6 @@ int add_layer(Graph& g, const std::string& kind, const std::string& name, const 
   fail(Code::kInternal, "layer kind '", kind, "' has no builder");
 }
 
-// ---- DLPack checks ----
-int64_t check_f32(const DLTensor* t, const char* what, int ndim) {
-  need(t, what);
-  require(t->device.device_type == kDLCPU || t->device.device_type == kDLCUDAHost, what,
-          " must be host memory (kDLCPU), got device type ", static_cast<int>(t->device.device_type));
-  require(t->dtype.code == kDLFloat && t->dtype.bits == 32 && t->dtype.lanes == 1, what, " must be float32");
-  require(t->ndim == ndim, what, " must have ", ndim, " dimensions, got ", t->ndim);
-  require(t->data != nullptr, what, "->data is NULL");
-  int64_t expect = 1;
-  for (int i = t->ndim - 1; i >= 0; --i) {
-    require(!t->strides || t->shape[i] == 1 || t->strides[i] == expect, what, " must be compact (row-major)");
-    expect *= t->shape[i];
-  }
-  return t->shape[0];
-}
-
-std::string dims_of(const DLTensor* t) {
-  Shape s(t->shape, t->shape + t->ndim);
-  return shape_string(s);
-}
-
-// The batch size of images, checked against the network's input shape and layout.
-int64_t check_images(const cohort_model_t& m, const DLTensor* images) {
-  const Shape& in = m.graph->shape(0);
-  const int64_t n = check_f32(images, "images", static_cast<int>(in.size()) + 1);
-  Shape want{n};
-  if (in.size() == 3 && m.layout == Layout::kNHWC)
-    want.insert(want.end(), {in[1], in[2], in[0]});
-  else
-    want.insert(want.end(), in.begin(), in.end());
-  require(n > 0 && Shape(images->shape, images->shape + images->ndim) == want, "images have shape ", dims_of(images),
-          " but the model takes ", shape_string(want),
-          in.size() == 3 ? (m.layout == Layout::kNHWC ? " (data_format=NHWC)" : " (data_format=NCHW)") : "");
-  return n;
-}
-
-const int32_t* check_labels(const DLTensor* labels, int64_t n) {
-  need(labels, "labels");
-  require(labels->device.device_type == kDLCPU || labels->device.device_type == kDLCUDAHost,
-          "labels must be host memory (kDLCPU)");
-  require(labels->dtype.code == kDLInt && labels->dtype.bits == 32 && labels->dtype.lanes == 1, "labels must be int32");
-  require(labels->ndim == 1 && labels->shape[0] == n, "labels must have shape [", n, "], got ", dims_of(labels));
-  require(!labels->strides || labels->strides[0] == 1, "labels must be compact");
-  require(labels->data != nullptr, "labels->data is NULL");
-  return reinterpret_cast<const int32_t*>(static_cast<const char*>(labels->data) + labels->byte_offset);
-}
-
-const float* data_of(const DLTensor* t) {
-  return reinterpret_cast<const float*>(static_cast<const char*>(t->data) + t->byte_offset);
-}
-
 }  // namespace
 
 extern "C" {
@@ -239,15 +174,9 @@ COHORT_API cohort_status_t cohort_model_create(cohort_runtime_t* runtime, const 
     need(out, "out");
     *out = nullptr;
     need(name, "name");
-    need(runtime, "runtime");
-    const Config cfg = config_of(runtime, config);
-    auto m = new_model(runtime, cfg);
-    ModelOptions o;
-    o.num_classes = static_cast<int>(cfg.get_int("num_classes"));
-    o.image_size = static_cast<int>(cfg.get_int("image_size"));
-    o.label_smoothing = static_cast<float>(cfg.get_float("label_smoothing"));
-    m->graph = build_model(name, o);
-    attach_backend(*m, cfg);
+    auto rt = runtime_of(runtime);
+    auto m = std::make_unique<cohort_model_t>();
+    m->model = train::Model::from_zoo(rt, name, config_of(runtime, config));
     *out = m.release();
   });
 }
@@ -258,12 +187,10 @@ COHORT_API cohort_status_t cohort_model_create_custom(cohort_runtime_t* runtime,
     need(out, "out");
     *out = nullptr;
     need(input_shape, "input_shape");
-    need(runtime, "runtime");
+    auto rt = runtime_of(runtime);
     require(ndim == 1 || ndim == 3, "input_shape must have 1 ({F}) or 3 ({C, H, W}) dimensions, got ", ndim);
-    const Config cfg = config_of(runtime, config);
-    auto m = new_model(runtime, cfg);
-    m->graph = std::make_unique<Graph>(Shape(input_shape, input_shape + ndim));
-    attach_backend(*m, cfg);
+    auto m = std::make_unique<cohort_model_t>();
+    m->model = train::Model::custom(rt, Shape(input_shape, input_shape + ndim), config_of(runtime, config));
     *out = m.release();
   });
 }
@@ -272,15 +199,15 @@ COHORT_API cohort_status_t cohort_model_add_layer(cohort_model_t* model, const c
                                                   const int* inputs, size_t num_inputs, const char* params,
                                                   int* index) {
   return guard("cohort_model_add_layer", [&] {
-    cohort_model_t& m = live(model);
+    Graph& g = live(model).graph();
     need(kind, "kind");
     need(name, "name");
     require(inputs != nullptr || num_inputs == 0, "inputs is NULL but num_inputs is ", num_inputs);
     std::vector<int> in(inputs, inputs + num_inputs);
-    if (in.empty()) in.push_back(m.graph->num_layers() - 1);
+    if (in.empty()) in.push_back(g.num_layers() - 1);
     Params p(params, name);
     p.check_keys(kind);  // before the graph changes
-    const int id = add_layer(*m.graph, kind, name, in, p);
+    const int id = add_layer(g, kind, name, in, p);
     if (index) *index = id;
   });
 }
@@ -293,91 +220,97 @@ COHORT_API void cohort_model_destroy(cohort_model_t* model) {
 }
 
 COHORT_API cohort_status_t cohort_model_num_params(const cohort_model_t* model, int64_t* count) {
-  return guard("cohort_model_num_params", [&] { *need(count, "count") = live(model).graph->num_params(); });
+  return guard("cohort_model_num_params", [&] { *need(count, "count") = live(model).graph().num_params(); });
 }
 
 COHORT_API cohort_status_t cohort_model_summary(const cohort_model_t* model, char* buffer, size_t size,
                                                 size_t* needed) {
-  return guard("cohort_model_summary", [&] { capi::copy_out(live(model).graph->summary(), buffer, size, needed); });
+  return guard("cohort_model_summary", [&] { capi::copy_out(live(model).graph().summary(), buffer, size, needed); });
+}
+
+COHORT_API cohort_status_t cohort_model_io_shape(const cohort_model_t* model, int64_t* channels, int64_t* height,
+                                                 int64_t* width, int64_t* num_classes) {
+  return guard("cohort_model_io_shape", [&] {
+    const train::IoShape io = live(model).io_shape();
+    if (channels) *channels = io.channels;
+    if (height) *height = io.height;
+    if (width) *width = io.width;
+    if (num_classes) *num_classes = io.classes;
+  });
 }
 
 COHORT_API cohort_status_t cohort_model_materialize(cohort_model_t* model) {
-  return guard("cohort_model_materialize", [&] { materialize(live(model)); });
+  return guard("cohort_model_materialize", [&] {
+    live(model);
+    materialize(*model);
+  });
 }
 
 COHORT_API cohort_status_t cohort_model_num_tensors(const cohort_model_t* model, size_t* count) {
-  return guard("cohort_model_num_tensors", [&] { *need(count, "count") = live(model).graph->params().size(); });
+  return guard("cohort_model_num_tensors", [&] { *need(count, "count") = live(model).graph().params().size(); });
 }
 
 COHORT_API cohort_status_t cohort_model_param(cohort_model_t* model, size_t index, const char** name, DLTensor* value,
                                               DLTensor* grad) {
   return guard("cohort_model_param", [&] {
-    cohort_model_t& m = live(model);
-    const size_t n = m.graph->params().size();
-    require(index < n, "parameter index ", index, " is out of range: the model has ", n, " parameter tensors");
-    materialize(m);
-    if (name) *name = m.graph->params()[index].name.c_str();
-    if (value) *value = m.views[2 * index];
-    if (grad) *grad = m.views[2 * index + 1];
+    const auto& params = live(model).graph().params();
+    require(index < params.size(), "parameter index ", index, " is out of range: the model has ", params.size(),
+            " parameter tensors");
+    materialize(*model);
+    if (name) *name = params[index].name.c_str();
+    if (value) *value = model->views[2 * index];
+    if (grad) *grad = model->views[2 * index + 1];
   });
 }
 
 COHORT_API cohort_status_t cohort_model_set_grad_ready(cohort_model_t* model, cohort_grad_ready_fn fn, void* user) {
   return guard("cohort_model_set_grad_ready", [&] {
-    cohort_model_t& m = live(model);
-    m.grad_ready = fn;
-    m.grad_ready_user = user;
+    train::Model& m = live(model);
+    if (fn)
+      m.set_grad_ready([fn, user](size_t index) { fn(user, index); });
+    else
+      m.set_grad_ready(nullptr);
   });
 }
 
 COHORT_API cohort_status_t cohort_model_forward(cohort_model_t* model, const DLTensor* images, DLTensor* output) {
   return guard("cohort_model_forward", [&] {
-    cohort_model_t& m = live(model);
-    const int64_t n = check_images(m, images);
-    const int layer = m.graph->output_layer();
-    const Shape& os = m.graph->shape(layer);
-    check_f32(output, "output", static_cast<int>(os.size()) + 1);
-    Shape want{n};
-    want.insert(want.end(), os.begin(), os.end());
-    require(Shape(output->shape, output->shape + output->ndim) == want, "output has shape ", dims_of(output),
-            " but the model gives ", shape_string(want));
-    materialize(m);
-    m.graph->infer(data_of(images), n, m.layout,
-                   reinterpret_cast<float*>(static_cast<char*>(output->data) + output->byte_offset), layer);
+    train::Model& m = live(model);
+    m.forward(capi::tensor_of(images, "images"), capi::tensor_of(output, "output"));
   });
 }
 
 COHORT_API cohort_status_t cohort_model_loss(cohort_model_t* model, const DLTensor* images, const DLTensor* labels,
                                              float* loss) {
   return guard("cohort_model_loss", [&] {
-    cohort_model_t& m = live(model);
+    train::Model& m = live(model);
     need(loss, "loss");
-    require(m.graph->has_loss(), "the model has no loss layer: add a softmax_xent layer last");
-    const int64_t n = check_images(m, images);
-    const int32_t* y = check_labels(labels, n);
-    materialize(m);
-    *loss = m.graph->eval_loss(data_of(images), n, m.layout, y);
+    *loss = m.loss(capi::tensor_of(images, "images"), capi::tensor_of(labels, "labels"));
   });
 }
 
 COHORT_API cohort_status_t cohort_model_forward_backward(cohort_model_t* model, const DLTensor* images,
                                                          const DLTensor* labels, float* loss) {
   return guard("cohort_model_forward_backward", [&] {
-    cohort_model_t& m = live(model);
-    require(m.graph->has_loss(), "the model has no loss layer: add a softmax_xent layer last");
-    const int64_t n = check_images(m, images);
-    const int32_t* y = check_labels(labels, n);
-    materialize(m);
-    // Reductions of gradients produced here may wait until compute has ended on every
-    // rank (comm_during_compute=hold), instead of taking cores from it.
-    struct Bracket {
-      comm::Engine& engine;
-      explicit Bracket(comm::Engine& e) : engine(e) { engine.compute_begin(); }
-      ~Bracket() { engine.compute_end(); }
-    } bracket(m.runtime->engine());
-    const float l = m.graph->forward_train(data_of(images), n, m.layout, y);
-    m.graph->backward();
+    train::Model& m = live(model);
+    const float l = m.forward_backward(capi::tensor_of(images, "images"), capi::tensor_of(labels, "labels"));
     if (loss) *loss = l;
+  });
+}
+
+COHORT_API cohort_status_t cohort_model_evaluate(cohort_model_t* model, cohort_pipeline_t* pipeline, int64_t max_steps,
+                                                 cohort_eval_result_t* result) {
+  return guard("cohort_model_evaluate", [&] {
+    train::Model& m = live(model);
+    data::Pipeline& p = capi::pipeline_of(pipeline);
+    capi::check_struct_size<cohort_eval_result_t>(need(result, "result")->struct_size, "result");
+    const EvalResult r = train::evaluate(m, p, max_steps);
+    cohort_eval_result_t full{};
+    full.samples = r.samples;
+    full.top1 = r.top1;
+    full.top5 = r.top5;
+    full.loss = r.loss;
+    capi::write_out(result, full, "result");
   });
 }
 

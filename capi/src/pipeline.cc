@@ -5,19 +5,11 @@
 
 #include "core/threads.h"
 #include "data/pipeline.h"
-#include "data/tools.h"
 #include "handles.h"
 #include "runtime/mpi_process.h"
 #include "shim.h"
-
-struct cohort_pipeline_t {
-  std::shared_ptr<cohort::Runtime> runtime;  // keeps the runtime alive; may be null
-  cohort::data::PipelineOptions options;
-  std::shared_ptr<cohort::data::Source> source;
-  std::unique_ptr<cohort::data::Pipeline> pipeline;
-  int64_t image_shape[4] = {0, 0, 0, 0};
-  int64_t batch_shape[1] = {0};
-};
+#include "structs.h"
+#include "train/model_data.h"
 
 using namespace cohort;
 using capi::guard;
@@ -47,24 +39,15 @@ DLTensor view(const Tensor& t, int64_t* shape) {
   return d;
 }
 
-const cohort_pipeline_t& live(const cohort_pipeline_t* p) {
+}  // namespace
+
+namespace cohort::capi {
+data::Pipeline& pipeline_of(const cohort_pipeline_t* p) {
   need(p, "pipeline");
   if (!p->pipeline) fail(Code::kInvalidState, "the pipeline failed to restart; destroy it");
-  return *p;
+  return *p->pipeline;
 }
-
-template <typename T>
-void fill(T* out, const T& full) {
-  std::memcpy(static_cast<void*>(out), &full, out->struct_size);
-}
-
-data::Report reporter(cohort_data_report_fn fn, void* user) {
-  return [fn, user](const std::string& line) {
-    if (fn) fn(line.c_str(), user);
-  };
-}
-
-}  // namespace
+}  // namespace cohort::capi
 
 extern "C" {
 
@@ -78,6 +61,23 @@ COHORT_API cohort_status_t cohort_pipeline_create(const cohort_runtime_t* runtim
     p->options = options_for(runtime, config);
     p->source = data::open_source(p->options.source);
     start(*p);
+    *out = p.release();
+  });
+}
+
+COHORT_API cohort_status_t cohort_pipeline_create_for_model(const struct cohort_model_t* model,
+                                                            const cohort_config_t* config, cohort_pipeline_t** out) {
+  return guard("cohort_pipeline_create_for_model", [&] {
+    need(out, "out");
+    *out = nullptr;
+    const train::Model& m = *need(model, "model")->model;
+    mpi_process::check_not_poisoned();
+    auto p = std::make_unique<cohort_pipeline_t>();
+    p->runtime = m.runtime_ptr();
+    p->options = train::pipeline_options_for(m, config ? config->config : m.runtime().config());
+    p->source = data::open_source(p->options.source);
+    start(*p);
+    train::check_pipeline_fits(m, *p->pipeline);
     *out = p.release();
   });
 }
@@ -111,22 +111,18 @@ COHORT_API void cohort_pipeline_destroy(cohort_pipeline_t* pipeline) {
 
 COHORT_API cohort_status_t cohort_pipeline_next(cohort_pipeline_t* pipeline, cohort_batch_t* batch) {
   return guard("cohort_pipeline_next", [&] {
-    need(batch, "batch");
-    capi::check_struct_size(batch->struct_size, sizeof(cohort_batch_t), "cohort_batch_t");
-    cohort_pipeline_t& p = const_cast<cohort_pipeline_t&>(live(pipeline));
-    const data::BatchView& b = p.pipeline->next();
+    // Checked before the batch is taken, so a bad struct consumes nothing.
+    capi::check_struct_size<cohort_batch_t>(need(batch, "batch")->struct_size, "batch");
+    const data::BatchView& b = capi::pipeline_of(pipeline).next();
     cohort_batch_t full{};
-    full.struct_size = batch->struct_size;
-    full.images = view(b.images, p.image_shape);
-    p.batch_shape[0] = b.labels.dim(0);
-    full.labels = view(b.labels, p.batch_shape);
-    full.labels.shape = p.batch_shape;
-    full.valid_mask = view(b.valid_mask, p.batch_shape);
-    full.valid_mask.shape = p.batch_shape;
+    full.images = view(b.images, pipeline->image_shape);
+    pipeline->batch_shape[0] = b.labels.dim(0);
+    full.labels = view(b.labels, pipeline->batch_shape);
+    full.valid_mask = view(b.valid_mask, pipeline->batch_shape);
     full.valid = b.valid;
     full.epoch = b.epoch;
     full.step = b.step;
-    fill(batch, full);
+    capi::write_out(batch, full, "batch");
   });
 }
 
@@ -145,12 +141,10 @@ COHORT_API cohort_status_t cohort_pipeline_seek(cohort_pipeline_t* pipeline, int
 
 COHORT_API cohort_status_t cohort_pipeline_info(const cohort_pipeline_t* pipeline, cohort_pipeline_info_t* info) {
   return guard("cohort_pipeline_info", [&] {
-    need(info, "info");
-    capi::check_struct_size(info->struct_size, sizeof(cohort_pipeline_info_t), "cohort_pipeline_info_t");
-    const data::Pipeline& p = *live(pipeline).pipeline;
+    capi::check_struct_size<cohort_pipeline_info_t>(need(info, "info")->struct_size, "info");
+    const data::Pipeline& p = capi::pipeline_of(pipeline);
     const auto& o = p.options();
     cohort_pipeline_info_t full{};
-    full.struct_size = info->struct_size;
     full.dataset_size = p.dataset_size();
     full.steps_per_epoch = p.steps_per_epoch();
     full.samples_per_epoch = p.valid_per_epoch();
@@ -163,24 +157,22 @@ COHORT_API cohort_status_t cohort_pipeline_info(const cohort_pipeline_t* pipelin
     full.reader_threads = s.reader_threads;
     full.decode_threads = s.decode_threads;
     full.prefetch_depth = s.prefetch_depth;
-    fill(info, full);
+    capi::write_out(info, full, "info");
   });
 }
 
 COHORT_API cohort_status_t cohort_pipeline_steps_per_epoch(const cohort_pipeline_t* pipeline, int64_t* steps) {
   return guard("cohort_pipeline_steps_per_epoch", [&] {
     need(steps, "steps");
-    *steps = live(pipeline).pipeline->steps_per_epoch();
+    *steps = capi::pipeline_of(pipeline).steps_per_epoch();
   });
 }
 
 COHORT_API cohort_status_t cohort_pipeline_stats(const cohort_pipeline_t* pipeline, cohort_pipeline_stats_t* stats) {
   return guard("cohort_pipeline_stats", [&] {
-    need(stats, "stats");
-    capi::check_struct_size(stats->struct_size, sizeof(cohort_pipeline_stats_t), "cohort_pipeline_stats_t");
-    auto s = live(pipeline).pipeline->stats();
+    capi::check_struct_size<cohort_pipeline_stats_t>(need(stats, "stats")->struct_size, "stats");
+    auto s = capi::pipeline_of(pipeline).stats();
     cohort_pipeline_stats_t full{};
-    full.struct_size = stats->struct_size;
     full.batches = s.batches;
     full.images = s.images;
     full.decoded = s.decoded;
@@ -194,7 +186,7 @@ COHORT_API cohort_status_t cohort_pipeline_stats(const cohort_pipeline_t* pipeli
     full.wait_fraction = s.wait_fraction;
     full.mean_ready_batches = s.mean_ready_batches;
     full.mean_decode_queue = s.mean_decode_queue;
-    fill(stats, full);
+    capi::write_out(stats, full, "stats");
   });
 }
 
@@ -202,39 +194,7 @@ COHORT_API cohort_status_t cohort_pipeline_verdict(const cohort_pipeline_t* pipe
                                                    size_t* needed) {
   return guard("cohort_pipeline_verdict", [&] {
     if (size > 0) need(buffer, "buffer");
-    capi::copy_out(live(pipeline).pipeline->stats().verdict, buffer, size, needed);
-  });
-}
-
-COHORT_API cohort_status_t cohort_data_pack(const cohort_config_t* config, const char* image_dir, const char* out_dir,
-                                            int shards, cohort_data_report_fn report, void* user, int64_t* written) {
-  return guard("cohort_data_pack", [&] {
-    need(image_dir, "image_dir");
-    need(out_dir, "out_dir");
-    Config cfg = config ? config->config : Config{};
-    auto r = data::pack_folder(cfg, image_dir, out_dir, shards, reporter(report, user));
-    if (written) *written = r.written;
-  });
-}
-
-COHORT_API cohort_status_t cohort_data_inspect(const cohort_config_t* config, const char* path, int64_t limit,
-                                               cohort_data_report_fn report, void* user) {
-  return guard("cohort_data_inspect", [&] {
-    need(path, "path");
-    need(report, "report");
-    require(limit >= 0, "limit must not be negative");
-    Config cfg = config ? config->config : Config{};
-    data::inspect_source(cfg, path, limit, reporter(report, user));
-  });
-}
-
-COHORT_API cohort_status_t cohort_data_verify(const cohort_config_t* config, const char* path,
-                                              cohort_data_report_fn report, void* user, int64_t* broken) {
-  return guard("cohort_data_verify", [&] {
-    need(path, "path");
-    Config cfg = config ? config->config : Config{};
-    int64_t n = data::verify_source(cfg, path, reporter(report, user));
-    if (broken) *broken = n;
+    capi::copy_out(capi::pipeline_of(pipeline).stats().verdict, buffer, size, needed);
   });
 }
 

@@ -3,6 +3,7 @@
 #include "handles.h"
 #include "runtime/mpi_process.h"
 #include "shim.h"
+#include "structs.h"
 
 using namespace cohort;
 using capi::guard;
@@ -30,20 +31,22 @@ COHORT_API cohort_status_t cohort_runtime_create(const cohort_config_t* config, 
 }
 
 COHORT_API void cohort_runtime_destroy(cohort_runtime_t* runtime) {
+  if (!runtime) return;
   try {
-    delete runtime;
+    // Collective, here and now: the objects made from the runtime that are still alive
+    // only free memory when they go.
+    runtime->runtime->shutdown();
   } catch (...) {
     // Destruction never throws across the boundary.
   }
+  delete runtime;
 }
 
 COHORT_API cohort_status_t cohort_runtime_info(const cohort_runtime_t* runtime, cohort_runtime_info_t* info) {
   return guard("cohort_runtime_info", [&] {
-    need(info, "info");
-    capi::check_struct_size(info->struct_size, sizeof(cohort_runtime_info_t), "cohort_runtime_info_t");
+    capi::check_struct_size<cohort_runtime_info_t>(need(info, "info")->struct_size, "info");
     const Runtime& rt = live(runtime);
     cohort_runtime_info_t full{};
-    full.struct_size = info->struct_size;
     const RankLayout& l = rt.layout();
     full.rank = l.rank;
     full.size = l.size;
@@ -56,7 +59,7 @@ COHORT_API cohort_status_t cohort_runtime_info(const cohort_runtime_t* runtime, 
     full.device_id = rt.device().kind == Device::Kind::kCuda ? rt.device().id : -1;
     full.cuda_device_count = rt.cuda_device_count();
     full.mpi_thread_level = mpi_process::thread_level();
-    std::memcpy(info, &full, info->struct_size);
+    capi::write_out(info, full, "info");
   });
 }
 

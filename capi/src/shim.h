@@ -11,6 +11,7 @@
 
 #include "cohort/cohort.h"
 #include "core/status.h"
+#include "tensor/tensor.h"
 
 namespace cohort::capi {
 
@@ -44,11 +45,10 @@ T* need(T* p, const char* what) {
   return p;
 }
 
+// A borrowed Tensor view of a caller's DLTensor; errors name the parameter `what`.
+Tensor tensor_of(const DLTensor* t, const char* what);
+
 // Copies text into a caller buffer (buffer/size/needed convention of the C API).
 void copy_out(std::string_view text, char* buffer, size_t size, size_t* needed);
-
-// Checks a caller-filled struct_size: at least the size of the first member, at most
-// what this library knows (a newer header's bigger struct is an error).
-void check_struct_size(size_t struct_size, size_t ours, const char* what);
 
 }  // namespace cohort::capi

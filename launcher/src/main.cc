@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
     switch (request.mode) {
       case Mode::kHelp:
         std::fputs(usage_text().c_str(), stdout);
-        std::printf("\n%s", cohort_options_help(nullptr));
+        std::printf("\n%s", cohort_option_help(nullptr));
         return 0;
       case Mode::kVersion:
         std::printf("cohortrun (cohort %s)\n", cohort_version_string());

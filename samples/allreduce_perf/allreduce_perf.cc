@@ -234,6 +234,8 @@ double expected_allreduce(const Args& a, size_t i) {
       case COHORT_REDUCE_MAX:
         e = std::max(e, v);
         break;
+      case COHORT_REDUCE_MAX_ENUM:
+        break;
     }
   }
   if (a.op->op == COHORT_REDUCE_AVERAGE)
@@ -275,7 +277,7 @@ struct Runner {
     } else if (a.coll == "reducescatter") {
       check(cohort_reducescatter(rt, name.c_str(), &ti, a.op->op, &res), "cohort_reducescatter");
     } else {
-      check(cohort_alltoall(rt, name.c_str(), &ti, nullptr, &res, nullptr), "cohort_alltoall");
+      check(cohort_alltoallv(rt, name.c_str(), &ti, nullptr, 0, &res, nullptr, 0), "cohort_alltoallv");
     }
     if (res) {
       size_t n = 1;

@@ -7,10 +7,10 @@
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "--markdown") == 0) {
-    fputs(cohort_options_markdown(), stdout);
+    fputs(cohort_option_markdown(), stdout);
     return 0;
   }
-  const char* text = cohort_options_help(argc > 1 ? argv[1] : NULL);
+  const char* text = cohort_option_help(argc > 1 ? argv[1] : NULL);
   if (!*text) {
     fprintf(stderr, "cohort-options: unknown group '%s' (core, comm, compute, data, train, launcher)\n", argv[1]);
     return 2;

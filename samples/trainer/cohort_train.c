@@ -280,7 +280,7 @@ static int run(trainer_t* t, int argc, char** argv) {
     cohort_batch_t b = {.struct_size = sizeof b};
     CHECK(cohort_pipeline_next(t->train, &b), "reading a batch");
     const double t1 = now_s();
-    CHECK(cohort_model_train_step(t->model, t->opt, &b, &st), "training step");
+    CHECK(cohort_optimizer_train_step(t->opt, &b, &st), "training step");
     const double secs = now_s() - t0;
     ++step;
     loss = st.loss;
@@ -389,7 +389,7 @@ static void usage(void) {
       "cohort-train's own defaults, where they differ from the library's:");
   for (size_t i = 0; i < sizeof kTrainerDefaults / sizeof kTrainerDefaults[0]; ++i)
     printf(" --%s=%s", kTrainerDefaults[i][0], kTrainerDefaults[i][1]);
-  printf(" (--lr is for --base_batch_size images).\n\n%s", cohort_options_help(NULL));
+  printf(" (--lr is for --base_batch_size images).\n\n%s", cohort_option_help(NULL));
 }
 
 int main(int argc, char** argv) {

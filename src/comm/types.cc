@@ -58,6 +58,15 @@ Status Request::wait() const {
   return status_;
 }
 
+bool Request::wait_for(std::chrono::nanoseconds timeout) const {
+  std::unique_lock lock(mu_);
+  const bool blocks = pending_ > 0 && waits_;
+  if (blocks) ++waits_->blocked;
+  const bool done = cv_.wait_for(lock, timeout, [&] { return pending_ == 0; });
+  if (blocks) --waits_->blocked;
+  return done;
+}
+
 Status Request::status() const {
   std::lock_guard lock(mu_);
   return status_;

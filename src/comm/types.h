@@ -41,6 +41,8 @@ class Request {
   bool test() const;
   // Blocks until done; returns the request's status (never throws).
   Status wait() const;
+  // Blocks until done or until `timeout` has passed; true when done.
+  bool wait_for(std::chrono::nanoseconds timeout) const;
   Status status() const;
 
   // Results of ops whose output size is known only after negotiation.

@@ -242,7 +242,7 @@ const std::string& options_markdown() {
   static const std::string page = [] {
     std::string out =
         "# cohort options\n\n"
-        "<!-- Generated from src/core/options/*.inc by cohort_options_markdown(); do not edit. -->\n\n"
+        "<!-- Generated from src/core/options/*.inc by cohort_option_markdown(); do not edit. -->\n\n"
         "Every option is a snake_case key. It can be set through `cohort_config_set()`, as a\n"
         "command-line flag (`--key=value` or `--key value`; `-` and `_` are alike; a bool flag\n"
         "alone means true and `--no-key` false) or as the environment variable `COHORT_<KEY>`.\n"

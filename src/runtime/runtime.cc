@@ -119,6 +119,15 @@ void Runtime::choose_device() {
 }
 
 Runtime::~Runtime() {
+  try {
+    shutdown();
+  } catch (...) {
+    // A destructor never throws; shutdown() already released what it could.
+  }
+}
+
+void Runtime::shutdown() {
+  if (shut_down_.exchange(true, std::memory_order_acq_rel)) return;
   if (mpi_process::poisoned()) {
     // A lost peer: the engine thread may sit in MPI forever, so it is abandoned, and
     // freeing communicators could hang too.
@@ -133,8 +142,16 @@ Runtime::~Runtime() {
   free_comm(world_);
 }
 
+void Runtime::check_open(const char* what) const {
+  if (is_shut_down())
+    fail(Code::kInvalidState, what,
+         " needs the runtime, which was destroyed (cohort_runtime_destroy); the objects made from it may only be "
+         "destroyed now");
+}
+
 void Runtime::barrier() {
   mpi_process::check_not_poisoned();
+  check_open("a barrier");
   mpi_check(MPI_Barrier(world_), "MPI_Barrier");
 }
 

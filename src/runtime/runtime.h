@@ -25,6 +25,7 @@ class Runtime {
   // Collective over MPI_COMM_WORLD. Throws on MPI failure, after finalize, or when a
   // GPU is required (device=cuda) and none is usable.
   explicit Runtime(const Config& config);
+  // Shuts down (collective) unless shutdown() already ran.
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -43,10 +44,24 @@ class Runtime {
 
   void barrier();
 
+  // Collective: stops the engine (cancelling what is still pending: every request then
+  // completes with kCancelled) and frees the communicators. Afterwards the objects
+  // made from this runtime may only be destroyed, which is then local and never
+  // blocks; any other use throws kInvalidState. Idempotent. Must not run while another
+  // thread uses the runtime. After a lost peer it abandons the engine instead.
+  void shutdown();
+  bool is_shut_down() const { return shut_down_.load(std::memory_order_acquire); }
+  // Throws kInvalidState once shutdown() has run, naming `what` was attempted.
+  void check_open(const char* what = "this call") const;
+
   // The collective engine of this runtime (its own background thread and communicator).
   // Host tensors run over MPI; CUDA tensors over NCCL (one communicator per runtime,
   // created at the first device collective) when the runtime's device is a GPU.
-  comm::Engine& engine() { return *engine_; }
+  // Throws kInvalidState after shutdown().
+  comm::Engine& engine() {
+    check_open("a collective");
+    return *engine_;
+  }
   // 0, 1, 2, ... one per call: names the collectives of each optimizer created on this
   // runtime apart (ranks create theirs in the same order, so the numbers agree).
   int next_optimizer_index() { return optimizers_created_++; }
@@ -67,6 +82,7 @@ class Runtime {
   MPI_Comm device_bootstrap_ = MPI_COMM_NULL;  // the engine thread's: NCCL id exchange
   std::unique_ptr<comm::Engine> engine_;
   std::atomic<int> optimizers_created_{0};
+  std::atomic<bool> shut_down_{false};
 };
 
 }  // namespace cohort

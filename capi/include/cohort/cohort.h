@@ -13,6 +13,7 @@
 #include "cohort/build.h"
 #include "cohort/runtime.h"
 #include "cohort/collectives.h"
+#include "cohort/data.h"
 #include "cohort/pipeline.h"
 #include "cohort/model.h"
 #include "cohort/train.h"

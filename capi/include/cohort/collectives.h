@@ -68,14 +68,16 @@ typedef struct cohort_request_t cohort_request_t;
 
 /** How an allreduce or reducescatter combines the ranks' values. */
 typedef enum cohort_reduce_op_t {
-  COHORT_REDUCE_SUM = 0,     /**< Element-wise sum. */
-  COHORT_REDUCE_AVERAGE = 1, /**< Sum divided by the number of ranks (integers: truncated). */
-  COHORT_REDUCE_MIN = 2,     /**< Element-wise minimum. */
-  COHORT_REDUCE_MAX = 3,     /**< Element-wise maximum. */
-  COHORT_REDUCE_PRODUCT = 4  /**< Element-wise product. */
+  COHORT_REDUCE_SUM = 0,              /**< Element-wise sum. */
+  COHORT_REDUCE_AVERAGE = 1,          /**< Sum divided by the number of ranks (integers: truncated). */
+  COHORT_REDUCE_MIN = 2,              /**< Element-wise minimum. */
+  COHORT_REDUCE_MAX = 3,              /**< Element-wise maximum. */
+  COHORT_REDUCE_PRODUCT = 4,          /**< Element-wise product. */
+  COHORT_REDUCE_MAX_ENUM = 0x7FFFFFFF /**< Not an operation: keeps the enum 32-bit. */
 } cohort_reduce_op_t;
 
-/** Options of an allreduce; fill with cohort_allreduce_options_default(). */
+/** Options of an allreduce; fill with cohort_allreduce_options_default(). A caller that
+ *  fills it by hand sets struct_size; fields beyond it take their defaults. */
 typedef struct cohort_allreduce_options_t {
   size_t struct_size;    /**< Set by the caller to sizeof(cohort_allreduce_options_t). */
   cohort_reduce_op_t op; /**< Reduction; default ::COHORT_REDUCE_SUM. */
@@ -85,6 +87,11 @@ typedef struct cohort_allreduce_options_t {
 
 /**
  * @brief Fills @p options with the defaults (sum, no scaling) and sets struct_size.
+ *
+ * It does not read struct_size (callers leave it unset): it writes the fields of the
+ * struct's first version (op, prescale, postscale) and sets struct_size to that size,
+ * for every caller and in every later version, so it never writes past an older
+ * caller's struct. Later fields, if any, then take their defaults.
  * @param[out] options Caller-owned.
  * @return ::COHORT_ERR_INVALID_ARGUMENT if @p options is NULL.
  */
@@ -181,28 +188,52 @@ COHORT_API cohort_status_t cohort_allgather(cohort_runtime_t* runtime, const cha
                                             DLManagedTensor** result);
 
 /**
- * @brief Submits an alltoall: rows [sum(splits[0..r-1]), +splits[r]) of the first
- *        dimension go to rank r; the result holds the rows received from each rank in
- *        rank order. Collective (by name).
+ * @brief Submits an alltoall: rows [sum(send_splits[0..r-1]), +send_splits[r]) of the
+ *        first dimension go to rank r; the result holds the rows received from each
+ *        rank in rank order. Collective (by name).
  * @param runtime The runtime.
  * @param name The collective's name.
  * @param input At least one dimension (borrowed until completion).
- * @param splits NULL for equal parts (the first dimension must divide by the number
- *   of ranks), else one count per rank, summing to the first dimension; copied.
+ * @param send_splits NULL for equal parts (the first dimension must divide by the
+ *   number of ranks), else one row count per rank, summing to the first dimension; copied.
+ * @param num_send_splits Entries of @p send_splits: the number of ranks (0 with NULL).
  * @param[out] out The request; results from cohort_request_output() and
  *   cohort_request_recv_splits().
+ * @return ::COHORT_ERR_INVALID_ARGUMENT when @p num_send_splits is not the number of
+ *   ranks, besides the errors of cohort_allreduce_async().
  */
-COHORT_API cohort_status_t cohort_alltoall_async(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
-                                                 const int64_t* splits, cohort_request_t** out);
+COHORT_API cohort_status_t cohort_alltoallv_async(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
+                                                  const int64_t* send_splits, size_t num_send_splits,
+                                                  cohort_request_t** out);
 
 /**
  * @brief Blocking alltoall.
- * @param runtime, name, input, splits As cohort_alltoall_async().
+ * @param runtime, name, input, send_splits, num_send_splits As cohort_alltoallv_async().
  * @param[out] result A new tensor owned by the caller.
- * @param[out] recv_splits NULL, or room for one count per rank: rows received from each.
+ * @param[out] recv_splits NULL, or room for @p num_recv_splits counts: rows received
+ *   from each rank.
+ * @param num_recv_splits At least the number of ranks when @p recv_splits is not NULL.
  */
-COHORT_API cohort_status_t cohort_alltoall(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
-                                           const int64_t* splits, DLManagedTensor** result, int64_t* recv_splits);
+COHORT_API cohort_status_t cohort_alltoallv(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
+                                            const int64_t* send_splits, size_t num_send_splits,
+                                            DLManagedTensor** result, int64_t* recv_splits, size_t num_recv_splits);
+
+/**
+ * @brief Deprecated: cohort_alltoallv_async() with the number of ranks as the length of
+ *        @p splits, which this call has to trust. Removed after the next minor version.
+ */
+COHORT_API COHORT_DEPRECATED(cohort_alltoallv_async) cohort_status_t
+    cohort_alltoall_async(cohort_runtime_t* runtime, const char* name, const DLTensor* input, const int64_t* splits,
+                          cohort_request_t** out);
+
+/**
+ * @brief Deprecated: cohort_alltoallv() with the number of ranks as the length of
+ *        @p splits and @p recv_splits, which this call has to trust. Removed after the
+ *        next minor version.
+ */
+COHORT_API COHORT_DEPRECATED(cohort_alltoallv) cohort_status_t
+    cohort_alltoall(cohort_runtime_t* runtime, const char* name, const DLTensor* input, const int64_t* splits,
+                    DLManagedTensor** result, int64_t* recv_splits);
 
 /**
  * @brief Submits a reducescatter: the element-wise reduction of every rank's tensor,
@@ -312,19 +343,19 @@ COHORT_API cohort_status_t cohort_request_recv_splits(cohort_request_t* request,
 COHORT_API cohort_status_t cohort_request_last_joined(cohort_request_t* request, int* last_rank);
 
 /**
- * @brief Releases a request. An unfinished request is waited for first, because the
- *        engine still uses the caller's tensors. NULL is a no-op.
+ * @brief Releases a request. NULL is a no-op. Not collective.
+ *
+ * An unfinished request is waited for first, because the engine still uses the
+ * caller's tensors, but never for longer than the option `request_destroy_wait_s`
+ * (default 10 s) of the request's runtime: a collective that some rank never submits
+ * cannot hang the destroy. Past that bound the handle is released with a warning in
+ * the log, and the collective stays pending: the caller must keep its tensors alive
+ * until it completes on every rank or until cohort_runtime_destroy(), which cancels
+ * it. After cohort_runtime_destroy() every request has completed (cancelled if it was
+ * still pending), so destroying it returns at once.
  * @param request The request (invalid afterwards).
  */
 COHORT_API void cohort_request_destroy(cohort_request_t* request);
-
-/**
- * @brief Marks a step boundary in the timeline (option `timeline_file`), for programs
- *        that drive forward and backward themselves. Cheap; a no-op without a
- *        timeline. Thread-safe; not collective.
- * @param runtime The runtime.
- */
-COHORT_API cohort_status_t cohort_runtime_mark_step(cohort_runtime_t* runtime);
 
 #ifdef __cplusplus
 }

@@ -5,9 +5,9 @@
  *
  * Every key is declared once in cohort's option registry with a type, a default, a
  * range or a list of choices, and a help text (see docs/guides/options.md, or
- * cohort_options_help()). A value is looked up in this order: set through this API or
- * a command line, then the environment variable `COHORT_<KEY>` (upper case), then the
- * default. In flags, `-` and `_` are the same (`--batch-size=64` = `--batch_size=64`).
+ * cohort_option_help()). The registry's functions are `cohort_option_*`. A value is looked up in this order: set
+ * through this API or a command line, then the environment variable `COHORT_<KEY>` (upper case), then the default. In
+ * flags, `-` and `_` are the same (`--batch-size=64` = `--batch_size=64`).
  *
  * A config is not thread-safe: use one per thread or guard it. Distinct configs may
  * be used on distinct threads.
@@ -154,10 +154,16 @@ COHORT_API const char* cohort_option_name(size_t index);
  * @param group A group name ("core", "comm", "data", "train", "launcher", …) or NULL for all.
  * @return Text valid until the process exits; "" for an unknown group.
  */
-COHORT_API const char* cohort_options_help(const char* group);
+COHORT_API const char* cohort_option_help(const char* group);
 
 /** @brief The options reference page as Markdown (static text; docs/guides/options.md). */
-COHORT_API const char* cohort_options_markdown(void);
+COHORT_API const char* cohort_option_markdown(void);
+
+/** @brief Deprecated spelling of cohort_option_help(); removed after the next minor version. */
+COHORT_API COHORT_DEPRECATED(cohort_option_help) const char* cohort_options_help(const char* group);
+
+/** @brief Deprecated spelling of cohort_option_markdown(); removed after the next minor version. */
+COHORT_API COHORT_DEPRECATED(cohort_option_markdown) const char* cohort_options_markdown(void);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,8 @@
  * host. Images are f32 in the layout of the `data_format` option (NCHW or NHWC).
  *
  * Thread-safety: a model may be used from one thread at a time; different models
- * may be used concurrently. No call in this header is collective.
+ * may be used concurrently. No call in this header is collective except
+ * cohort_model_evaluate().
  */
 #ifndef COHORT_MODEL_H
 #define COHORT_MODEL_H
@@ -23,13 +24,15 @@
 
 #include "cohort/common.h"
 #include "cohort/config.h"
+#include "cohort/pipeline.h"
 #include "cohort/runtime.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/** Opaque network with its parameters, gradients and compiled execution plans. */
+/** Opaque network with its parameters, gradients and compiled execution plans. It
+ *  keeps its runtime alive. */
 typedef struct cohort_model_t cohort_model_t;
 
 /**
@@ -37,13 +40,15 @@ typedef struct cohort_model_t cohort_model_t;
  * @param runtime The runtime (kept alive by the model).
  * @param name One of: alexnet, alexnet_owt, googlenet, mnist_cnn, resnet18, resnet34,
  *   resnet50, resnet101, resnet152, resnet20, resnet32, resnet44, resnet56, resnet110,
- *   trivial, vgg16.
+ *   trivial, vgg16. When @p config sets the option `model` (API, command line or
+ *   environment), it must name the same model.
  * @param config Options (may be NULL: the runtime's): `num_classes`, `image_size`
  *   (0 = the model's default), `label_smoothing`, `data_format`, `compute_threads`
  *   (0 = the runtime's thread budget) and `seed`. Copied.
  * @param[out] out Receives the model, owned by the caller (cohort_model_destroy()).
  * @return ::COHORT_ERR_INVALID_ARGUMENT for an unknown name (the message lists the
- *   valid ones) or an image size the model cannot take.
+ *   valid ones), a name other than the `model` option's, or an image size the model
+ *   cannot take.
  */
 COHORT_API cohort_status_t cohort_model_create(cohort_runtime_t* runtime, const char* name,
                                                const cohort_config_t* config, cohort_model_t** out);
@@ -52,7 +57,8 @@ COHORT_API cohort_status_t cohort_model_create(cohort_runtime_t* runtime, const 
  * @brief Starts an empty network whose layers the caller adds with
  *        cohort_model_add_layer().
  * @param runtime The runtime (kept alive by the model).
- * @param config Options as for cohort_model_create() (may be NULL).
+ * @param config Options as for cohort_model_create() (may be NULL). The model is named
+ *   after the `model` option when it is set, else "custom" (checkpoints record it).
  * @param input_shape Shape of one sample: {C, H, W} for images or {F} for feature vectors.
  * @param ndim 3 or 1.
  * @param[out] out Receives the model, owned by the caller. Its input is layer 0.
@@ -114,6 +120,20 @@ COHORT_API cohort_status_t cohort_model_num_params(const cohort_model_t* model, 
 COHORT_API cohort_status_t cohort_model_summary(const cohort_model_t* model, char* buffer, size_t size, size_t* needed);
 
 /**
+ * @brief What a model takes and gives: the per-sample input shape and the number of
+ * classes of its output, so a program can configure a matching input pipeline.
+ * @param model       The model.
+ * @param channels    Receives C of a {C, H, W} input, or the feature count F of a {F}
+ *                    input (may be NULL).
+ * @param height      Receives H (1 for a {F} input; may be NULL).
+ * @param width       Receives W (1 for a {F} input; may be NULL).
+ * @param num_classes Receives the length of the output vector (may be NULL).
+ * @return ::COHORT_OK or ::COHORT_ERR_INVALID_ARGUMENT (NULL model). Thread-safe.
+ */
+COHORT_API cohort_status_t cohort_model_io_shape(const cohort_model_t* model, int64_t* channels, int64_t* height,
+                                                 int64_t* width, int64_t* num_classes);
+
+/**
  * @brief Allocates and initialises the parameters now (He-uniform weights from the
  *        `seed` option, zero biases, unit batch-norm scales). Idempotent.
  * @param model The model.
@@ -151,8 +171,9 @@ typedef void (*cohort_grad_ready_fn)(void* user, size_t index);
 
 /**
  * @brief Sets (or clears, with NULL) the gradient-ready callback. It runs on the thread
- *        calling cohort_model_forward_backward(), once per parameter per call, in
- *        the order backward finishes them (last layer first).
+ *        calling cohort_model_forward_backward() (or the training step), once per
+ *        parameter per call, in the order backward finishes them (last layer first).
+ *        An optimizer installs its own callback; setting one afterwards replaces it.
  * @param model The model.
  * @param fn The callback, or NULL.
  * @param user Passed to @p fn.
@@ -195,6 +216,29 @@ COHORT_API cohort_status_t cohort_model_loss(cohort_model_t* model, const DLTens
  */
 COHORT_API cohort_status_t cohort_model_forward_backward(cohort_model_t* model, const DLTensor* images,
                                                          const DLTensor* labels, float* loss);
+
+/** @brief Evaluation over a whole evaluation set, summed over ranks. */
+typedef struct cohort_eval_result_t {
+  size_t struct_size; /**< Set by the caller to sizeof(cohort_eval_result_t). */
+  int64_t samples;    /**< Valid samples evaluated on all ranks (padding never counts). */
+  double top1;        /**< Fraction in [0, 1] whose label scored highest. */
+  double top5;        /**< Fraction in [0, 1] whose label is among the 5 highest. */
+  double loss;        /**< Mean cross-entropy over those samples. */
+} cohort_eval_result_t;
+
+/**
+ * @brief Collective: evaluates the model on @p max_steps batches of @p pipeline (0: one
+ * epoch, cohort_pipeline_steps_per_epoch()), then sums the counts of all ranks.
+ * Inference mode (no dropout, running batch-norm statistics). Every rank's pipeline
+ * must yield the same number of batches (the pipeline guarantees it per epoch).
+ * @param model     The model.
+ * @param pipeline  The evaluation pipeline (e.g. `data_split=validation`, `augment=none`).
+ * @param max_steps Batches to evaluate; 0 means one epoch.
+ * @param result    Receives the result, identical on every rank; set its struct_size.
+ * @return ::COHORT_OK or an error (bad shapes, label out of range, communication).
+ */
+COHORT_API cohort_status_t cohort_model_evaluate(cohort_model_t* model, cohort_pipeline_t* pipeline, int64_t max_steps,
+                                                 cohort_eval_result_t* result);
 
 #ifdef __cplusplus
 }

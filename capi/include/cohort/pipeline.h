@@ -28,6 +28,7 @@
 
 #include "cohort/common.h"
 #include "cohort/config.h"
+#include "cohort/data.h"
 #include "cohort/runtime.h"
 
 #ifdef __cplusplus
@@ -36,6 +37,9 @@ extern "C" {
 
 /** Opaque input pipeline. It keeps its runtime alive. */
 typedef struct cohort_pipeline_t cohort_pipeline_t;
+
+/* The model type of model.h, declared here without its typedef (C99 allows one). */
+struct cohort_model_t;
 
 /**
  * @brief One batch, filled by cohort_pipeline_next().
@@ -95,7 +99,9 @@ typedef struct cohort_pipeline_stats_t {
  *        and starts the pipeline's threads.
  * @param runtime Gives rank, size and the thread budget (thread counts of 0 take
  *   their defaults from it). May be NULL: one rank, the budget of this process's cores.
- *   Borrowed; the pipeline keeps the runtime alive.
+ *   Borrowed; the pipeline keeps the runtime alive. `image_size=0` means 224 for
+ *   encoded and synthetic images here, whatever model they feed: a pipeline for a model
+ *   comes from cohort_pipeline_create_for_model().
  * @param config Options (NULL = defaults); copied.
  * @param[out] out Receives the pipeline, owned by the caller (cohort_pipeline_destroy()).
  * @return ::COHORT_ERR_IO for a missing path; ::COHORT_ERR_INVALID_ARGUMENT for a bad
@@ -105,6 +111,24 @@ typedef struct cohort_pipeline_stats_t {
  */
 COHORT_API cohort_status_t cohort_pipeline_create(const cohort_runtime_t* runtime, const cohort_config_t* config,
                                                   cohort_pipeline_t** out);
+
+/**
+ * @brief Opens the dataset of the `data_dir` option (synthetic data when empty) as
+ *        cohort_pipeline_create() does, for @p model: the image size (`image_size`),
+ *        the channels of synthetic images (`synthetic_channels`) and the classes
+ *        (`num_classes`) are the model's (cohort_model_io_shape()).
+ * @param model The model (borrowed for the call); gives the runtime too, which the
+ *   pipeline keeps alive.
+ * @param config Options (NULL = the runtime's); copied. Setting one of the three options
+ *   above to another value than the model's is an error.
+ * @param[out] out Receives the pipeline, owned by the caller (cohort_pipeline_destroy()).
+ * @return As cohort_pipeline_create(), and ::COHORT_ERR_INVALID_ARGUMENT (naming the
+ *   dataset, the model and both values) for an option that disagrees with the model, a
+ *   dataset whose images have other channels than the model takes or more classes than
+ *   it has outputs, or a model that does not take square images.
+ */
+COHORT_API cohort_status_t cohort_pipeline_create_for_model(const struct cohort_model_t* model,
+                                                            const cohort_config_t* config, cohort_pipeline_t** out);
 
 /**
  * @brief A pipeline over arrays in caller memory (DLPack).
@@ -169,52 +193,6 @@ COHORT_API cohort_status_t cohort_pipeline_stats(const cohort_pipeline_t* pipeli
  */
 COHORT_API cohort_status_t cohort_pipeline_verdict(const cohort_pipeline_t* pipeline, char* buffer, size_t size,
                                                    size_t* needed);
-
-/**
- * @brief Receives one line of output of the dataset tools.
- * @param line NUL-terminated text without a newline, valid during the call.
- * @param user The pointer given to the tool function.
- */
-typedef void (*cohort_data_report_fn)(const char* line, void* user);
-
-/**
- * @brief Packs an image folder (one sub-folder per class, sorted → labels from 0)
- *        into TFRecord shards `<data_split>-NNNNN-of-NNNNN` with DALI-format `.idx` files.
- *        Bad images are reported through `report` and skipped.
- * @param config Options (NULL = defaults; `data_split`, `label_offset`, `max_image_pixels` apply).
- * @param image_dir The folder to pack.
- * @param out_dir Created when missing.
- * @param shards Number of shards, >= 1.
- * @param report Called for each skipped image and a final summary line (may be NULL).
- * @param user Passed to report.
- * @param[out] written Receives the number of records written (may be NULL).
- */
-COHORT_API cohort_status_t cohort_data_pack(const cohort_config_t* config, const char* image_dir, const char* out_dir,
-                                            int shards, cohort_data_report_fn report, void* user, int64_t* written);
-
-/**
- * @brief Describes any supported source: kind, sample count, classes, and the first
- *        `limit` samples with labels and image sizes, one line per call of `report`.
- * @param config Options (NULL = defaults; `data_source`, `data_split` apply).
- * @param path The dataset path.
- * @param limit Samples to list.
- * @param report Receives the lines (required).
- * @param user Passed to report.
- */
-COHORT_API cohort_status_t cohort_data_inspect(const cohort_config_t* config, const char* path, int64_t limit,
-                                               cohort_data_report_fn report, void* user);
-
-/**
- * @brief Checks every CRC and record and decodes every image of a source, reporting
- *        each broken one (file and offset or record) and a summary.
- * @param config Options (NULL = defaults).
- * @param path The dataset path.
- * @param report Receives the lines (may be NULL).
- * @param user Passed to report.
- * @param[out] broken Receives the number of broken samples (may be NULL).
- */
-COHORT_API cohort_status_t cohort_data_verify(const cohort_config_t* config, const char* path,
-                                              cohort_data_report_fn report, void* user, int64_t* broken);
 
 #ifdef __cplusplus
 }

@@ -19,7 +19,8 @@
 extern "C" {
 #endif
 
-/** Opaque runtime. Child objects (models, pipelines, requests) keep it alive. */
+/** Opaque runtime. Child objects (models, optimizers, pipelines, requests) keep its
+ *  memory alive; cohort_runtime_destroy() tears it down all the same. */
 typedef struct cohort_runtime_t cohort_runtime_t;
 
 /** Kind of compute device a runtime uses. */
@@ -58,8 +59,17 @@ typedef struct cohort_runtime_info_t {
 COHORT_API cohort_status_t cohort_runtime_create(const cohort_config_t* config, cohort_runtime_t** out);
 
 /**
- * @brief Releases the caller's reference. The runtime is torn down (its communicator
- *        freed) once its child objects are gone. NULL is a no-op. Collective.
+ * @brief Tears the runtime down, here and now. Collective: every rank calls it, in the
+ *        same order as its other collective calls. NULL is a no-op.
+ *
+ * It is the one call that shuts down the collective engine (every pending request
+ * completes with ::COHORT_ERR_CANCELLED) and frees the communicators, whether or not
+ * objects made from the runtime are still alive. Those objects keep only memory
+ * alive afterwards: destroying them, in any order, frees it and never communicates or
+ * blocks. Any other call on a model, optimizer or request of a destroyed runtime fails
+ * with ::COHORT_ERR_INVALID_STATE; pipelines never communicate and keep working. No
+ * other call on the runtime or its objects may run on another thread meanwhile. See
+ * docs/guides/collective-calls.md for the whole list of collective calls.
  */
 COHORT_API void cohort_runtime_destroy(cohort_runtime_t* runtime);
 
@@ -91,6 +101,14 @@ COHORT_API cohort_status_t cohort_runtime_config(const cohort_runtime_t* runtime
 
 /** @brief Blocks until every rank has called it. Collective. */
 COHORT_API cohort_status_t cohort_runtime_barrier(cohort_runtime_t* runtime);
+
+/**
+ * @brief Marks a step boundary in the timeline (option `timeline_file`), for programs
+ *        that drive forward and backward themselves. Cheap; a no-op without a
+ *        timeline. Thread-safe; not collective.
+ * @param runtime The runtime.
+ */
+COHORT_API cohort_status_t cohort_runtime_mark_step(cohort_runtime_t* runtime);
 
 #ifdef __cplusplus
 }

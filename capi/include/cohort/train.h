@@ -1,12 +1,13 @@
 /**
  * @file train.h
  * @brief Data-parallel training: the distributed optimizer, the training step,
- * evaluation across ranks, checkpoints and the run metrics that cohort-train prints.
+ * checkpoints and the run metrics that cohort-train prints.
  *
- * A training program creates a model (model.h), an input pipeline (pipeline.h) and an
- * optimizer over the model with cohort_optimizer_create(); broadcasts rank 0's
- * parameters with cohort_optimizer_broadcast(); then calls cohort_model_train_step()
- * once per batch. Inside a step each gradient goes to the collective engine as soon as
+ * A training program creates a model (model.h), an input pipeline for it
+ * (cohort_pipeline_create_for_model()) and an optimizer over the model with
+ * cohort_optimizer_create(); broadcasts rank 0's parameters with
+ * cohort_optimizer_broadcast(); then calls cohort_optimizer_train_step() once per
+ * batch. Inside a step each gradient goes to the collective engine as soon as
  * backward has produced it, so the allreduce overlaps the rest of backward; the update
  * waits for all of them and applies the averaged gradient on every rank.
  *
@@ -29,20 +30,6 @@
 extern "C" {
 #endif
 
-/**
- * @brief What a model takes and gives: the per-sample input shape and the number of
- * classes of its output, so a program can configure a matching input pipeline.
- * @param model       The model.
- * @param channels    Receives C of a {C, H, W} input, or the feature count F of a {F}
- *                    input (may be NULL).
- * @param height      Receives H (1 for a {F} input; may be NULL).
- * @param width       Receives W (1 for a {F} input; may be NULL).
- * @param num_classes Receives the length of the output vector (may be NULL).
- * @return ::COHORT_OK or ::COHORT_ERR_INVALID_ARGUMENT (NULL model). Thread-safe.
- */
-COHORT_API cohort_status_t cohort_model_io_shape(const cohort_model_t* model, int64_t* channels, int64_t* height,
-                                                 int64_t* width, int64_t* num_classes);
-
 /** @brief An optimizer bound to one model: update rule, learning-rate schedule and
  * gradient exchange across the ranks of the model's runtime. */
 typedef struct cohort_optimizer_t cohort_optimizer_t;
@@ -61,7 +48,8 @@ typedef struct cohort_optimizer_t cohort_optimizer_t;
  * Materializes the model's parameters and installs the model's gradient-ready
  * callback (replacing any set with cohort_model_set_grad_ready()).
  *
- * @param model  Borrowed; must outlive the optimizer. One optimizer per model.
+ * @param model  The optimizer keeps it alive (destroying the model first only releases
+ *               the caller's reference). One optimizer per model.
  * @param config Borrowed for the call; NULL uses the runtime's configuration.
  * @param out    Receives the new optimizer, owned by the caller
  *               (cohort_optimizer_destroy()); NULL on failure.
@@ -75,7 +63,8 @@ COHORT_API cohort_status_t cohort_optimizer_create(cohort_model_t* model, const 
                                                    cohort_optimizer_t** out);
 
 /**
- * @brief Destroys an optimizer and removes its gradient-ready callback from the model.
+ * @brief Destroys an optimizer, removes its gradient-ready callback from the model and
+ * releases its reference to the model. Not collective.
  * @param optimizer The optimizer; NULL is a no-op.
  */
 COHORT_API void cohort_optimizer_destroy(cohort_optimizer_t* optimizer);
@@ -121,7 +110,7 @@ COHORT_API cohort_status_t cohort_optimizer_broadcast(cohort_optimizer_t* optimi
  */
 COHORT_API cohort_status_t cohort_optimizer_check_consistency(cohort_optimizer_t* optimizer);
 
-/** @brief What one training step did (filled by cohort_model_train_step()). */
+/** @brief What one training step did (filled by cohort_optimizer_train_step()). */
 typedef struct cohort_train_stats_t {
   size_t struct_size; /**< Set by the caller to sizeof(cohort_train_stats_t). */
   double loss;        /**< Mean loss over this rank's valid samples (0 when it had none). */
@@ -138,45 +127,32 @@ typedef struct cohort_train_stats_t {
 } cohort_train_stats_t;
 
 /**
- * @brief One training step: forward and backward over the batch's valid samples, the
- * gradient exchange (started from the gradient-ready callback, overlapping backward),
- * and, on the last of `backward_passes_per_step` passes, the update.
+ * @brief One training step of the optimizer's model: forward and backward over the
+ * batch's valid samples, the gradient exchange (started from the gradient-ready
+ * callback, overlapping backward), and, on the last of `backward_passes_per_step`
+ * passes, the update.
  *
  * Padded samples (rows past @p batch->valid) are not part of the loss or the gradient.
  * A rank whose batch has no valid sample still takes part with a zero gradient.
  * Collective on update passes: every rank calls it the same number of times.
- * @param model     The optimizer's model.
- * @param optimizer The optimizer created for @p model.
- * @param batch     Borrowed for the call: f32 images in the model's layout, int32 labels.
+ * @param optimizer The optimizer.
+ * @param batch     Borrowed for the call: f32 images in the model's layout, int32 labels;
+ *                  set its struct_size.
  * @param stats     Receives what the step did (may be NULL); set its struct_size.
- * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for shapes or a foreign optimizer;
+ * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for shapes;
  *         communication errors (::COHORT_ERR_MPI, ::COHORT_ERR_PEER_LOST, …).
  */
-COHORT_API cohort_status_t cohort_model_train_step(cohort_model_t* model, cohort_optimizer_t* optimizer,
-                                                   const cohort_batch_t* batch, cohort_train_stats_t* stats);
-
-/** @brief Evaluation over a whole evaluation set, summed over ranks. */
-typedef struct cohort_eval_result_t {
-  size_t struct_size; /**< Set by the caller to sizeof(cohort_eval_result_t). */
-  int64_t samples;    /**< Valid samples evaluated on all ranks (padding never counts). */
-  double top1;        /**< Fraction in [0, 1] whose label scored highest. */
-  double top5;        /**< Fraction in [0, 1] whose label is among the 5 highest. */
-  double loss;        /**< Mean cross-entropy over those samples. */
-} cohort_eval_result_t;
+COHORT_API cohort_status_t cohort_optimizer_train_step(cohort_optimizer_t* optimizer, const cohort_batch_t* batch,
+                                                       cohort_train_stats_t* stats);
 
 /**
- * @brief Collective: evaluates the model on @p max_steps batches of @p pipeline (0: one
- * epoch, cohort_pipeline_steps_per_epoch()), then sums the counts of all ranks.
- * Inference mode (no dropout, running batch-norm statistics). Every rank's pipeline
- * must yield the same number of batches (the pipeline guarantees it per epoch).
- * @param model     The model.
- * @param pipeline  The evaluation pipeline (e.g. `data_split=validation`, `augment=none`).
- * @param max_steps Batches to evaluate; 0 means one epoch.
- * @param result    Receives the result, identical on every rank; set its struct_size.
- * @return ::COHORT_OK or an error (bad shapes, label out of range, communication).
+ * @brief Deprecated: cohort_optimizer_train_step(), which knows the model from the
+ * optimizer. @p model must be the optimizer's (::COHORT_ERR_INVALID_ARGUMENT
+ * otherwise). Removed after the next minor version.
  */
-COHORT_API cohort_status_t cohort_model_evaluate(cohort_model_t* model, cohort_pipeline_t* pipeline, int64_t max_steps,
-                                                 cohort_eval_result_t* result);
+COHORT_API COHORT_DEPRECATED(cohort_optimizer_train_step) cohort_status_t
+    cohort_model_train_step(cohort_model_t* model, cohort_optimizer_t* optimizer, const cohort_batch_t* batch,
+                            cohort_train_stats_t* stats);
 
 /** @brief Where a training run stands, as a checkpoint stores it. */
 typedef struct cohort_checkpoint_info_t {
@@ -188,14 +164,17 @@ typedef struct cohort_checkpoint_info_t {
 } cohort_checkpoint_info_t;
 
 /**
- * @brief Saves parameters, batch-norm statistics, optimizer state and @p info into
- * @p dir (`ckpt-<step>.cohort` plus a `latest` pointer, replaced atomically; the
- * newest `keep_checkpoints` are kept). Only rank 0 writes; other ranks return at once.
- * Not collective.
+ * @brief Collective: saves parameters, batch-norm statistics, optimizer state and
+ * @p info into @p dir (`ckpt-<step>.cohort` plus a `latest` pointer, replaced
+ * atomically; the newest `keep_checkpoints` are kept). Rank 0 writes; every rank then
+ * returns rank 0's outcome, so a failed write (a full disk, a read-only directory, a
+ * path through a file) is the same error on every rank and no rank is left waiting.
  * @param optimizer The optimizer (its model is saved too).
- * @param dir       Directory, created when missing.
- * @param info      The run's position; set its struct_size.
- * @return ::COHORT_OK or ::COHORT_ERR_IO naming the file.
+ * @param dir       Directory, created when missing (only rank 0's value is used).
+ * @param info      The run's position; set its struct_size (fields beyond an older
+ *                  struct's size are saved as 0).
+ * @return ::COHORT_OK, or on every rank ::COHORT_ERR_IO with the same message: "rank 0
+ *         could not save a checkpoint in '<dir>': " and what failed, naming the file.
  */
 COHORT_API cohort_status_t cohort_optimizer_save_checkpoint(cohort_optimizer_t* optimizer, const char* dir,
                                                             const cohort_checkpoint_info_t* info);
@@ -209,13 +188,16 @@ COHORT_API cohort_status_t cohort_optimizer_save_checkpoint(cohort_optimizer_t* 
  * @param found     Receives 1 when a checkpoint was loaded, 0 when @p dir has none
  *                  (nothing changes then).
  * @return ::COHORT_OK; ::COHORT_ERR_CORRUPT_DATA for a damaged file; ::COHORT_ERR_INVALID_ARGUMENT
- *         when it belongs to another model or optimizer (every rank fails alike; rank 0's
- *         message names the file and the problem).
+ *         when it belongs to another model or optimizer. Every rank fails alike, with
+ *         the same message: "rank 0 could not load the checkpoint in '<dir>': " and
+ *         the file and the problem.
  */
 COHORT_API cohort_status_t cohort_optimizer_load_checkpoint(cohort_optimizer_t* optimizer, const char* dir,
                                                             cohort_checkpoint_info_t* info, int* found);
 
-/** @brief Throughput statistics over measured steps, as tf_cnn_benchmarks reports them. */
+/** @brief Throughput statistics over measured steps, as tf_cnn_benchmarks reports them.
+ *  Embedded by value in ::cohort_run_summary_t, so it never grows: new rates go to the
+ *  end of cohort_run_summary_t instead. */
 typedef struct cohort_rate_summary_t {
   size_t struct_size;  /**< Set by the caller to sizeof(cohort_rate_summary_t). */
   int64_t count;       /**< Steps measured (warm-up excluded). */
@@ -265,7 +247,8 @@ COHORT_API cohort_status_t cohort_metrics_record(cohort_metrics_t* metrics, doub
  */
 COHORT_API cohort_status_t cohort_metrics_summary(const cohort_metrics_t* metrics, cohort_rate_summary_t* out);
 
-/** @brief The run summary of DESIGN's schema `cohort.run/1` (one JSON line). */
+/** @brief The run summary of the schema `cohort.run/1` (one JSON line). Fields beyond
+ *  an older struct's struct_size are written as if zero (absent top1, no extra_json). */
 typedef struct cohort_run_summary_t {
   size_t struct_size;                   /**< Set by the caller to sizeof(cohort_run_summary_t). */
   const char* model;                    /**< Model name (borrowed for the call). */

@@ -62,8 +62,8 @@ static void test_null_arguments(void** state) {
   expect_error(cohort_broadcast_async(g_rt, "x", &t, NULL, 0, NULL), COHORT_ERR_INVALID_ARGUMENT, "out is NULL");
   expect_error(cohort_allgather(g_rt, "x", &t, NULL), COHORT_ERR_INVALID_ARGUMENT, "result is NULL");
   expect_error(cohort_allgather_async(g_rt, "x", NULL, &r), COHORT_ERR_INVALID_ARGUMENT, "input is NULL");
-  expect_error(cohort_alltoall(g_rt, "x", &t, NULL, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "result is NULL");
-  expect_error(cohort_alltoall_async(NULL, "x", &t, NULL, &r), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
+  expect_error(cohort_alltoallv(g_rt, "x", &t, NULL, 0, NULL, NULL, 0), COHORT_ERR_INVALID_ARGUMENT, "result is NULL");
+  expect_error(cohort_alltoallv_async(NULL, "x", &t, NULL, 0, &r), COHORT_ERR_INVALID_ARGUMENT, "runtime is NULL");
   expect_error(cohort_reducescatter(g_rt, "x", &t, COHORT_REDUCE_SUM, NULL), COHORT_ERR_INVALID_ARGUMENT,
                "result is NULL");
   expect_error(cohort_reducescatter_async(g_rt, NULL, &t, COHORT_REDUCE_SUM, &r), COHORT_ERR_INVALID_ARGUMENT,
@@ -135,10 +135,70 @@ static void test_bad_options(void** state) {
   expect_error(cohort_broadcast(g_rt, "root", &t, NULL, 5), COHORT_ERR_INVALID_ARGUMENT, "root 5");
   expect_error(cohort_reducescatter(g_rt, "rsop", &t, (cohort_reduce_op_t)-1, NULL), COHORT_ERR_INVALID_ARGUMENT,
                "result is NULL");
+  o.op = COHORT_REDUCE_MAX_ENUM;
+  expect_error(cohort_allreduce(g_rt, "max_enum", &t, NULL, &o), COHORT_ERR_INVALID_ARGUMENT, "reduce op 2147483647");
   DLManagedTensor* m = NULL;
-  int64_t splits[1] = {2};
-  expect_error(cohort_alltoall(g_rt, "splits", &t, splits, &m, NULL), COHORT_ERR_INVALID_ARGUMENT, "add up to 2");
+  int64_t splits[2] = {2, 1};
+  expect_error(cohort_alltoallv(g_rt, "splits", &t, splits, 1, &m, NULL, 0), COHORT_ERR_INVALID_ARGUMENT,
+               "add up to 2");
+  /* The lengths of the split arrays are checked against the number of ranks. */
+  expect_error(cohort_alltoallv(g_rt, "splits", &t, splits, 2, &m, NULL, 0), COHORT_ERR_INVALID_ARGUMENT,
+               "num_send_splits is 2 but the runtime has 1 ranks");
+  expect_error(cohort_alltoallv(g_rt, "splits", &t, NULL, 1, &m, NULL, 0), COHORT_ERR_INVALID_ARGUMENT,
+               "send_splits is NULL but num_send_splits is 1");
+  int64_t recv[1];
+  expect_error(cohort_alltoallv(g_rt, "splits", &t, NULL, 0, &m, recv, 0), COHORT_ERR_INVALID_ARGUMENT,
+               "num_recv_splits is 0");
+  cohort_request_t* r = NULL;
+  expect_error(cohort_alltoallv_async(g_rt, "splits", &t, splits, 2, &r), COHORT_ERR_INVALID_ARGUMENT,
+               "num_send_splits is 2");
+  assert_null(r);
 }
+
+/* An options struct one field smaller than today's (an older header): accepted, and the
+ * field it lacks keeps its default instead of being read. */
+static void test_older_options_struct(void** state) {
+  (void)state;
+  float x[2] = {1, 2};
+  int64_t shape[1] = {2};
+  DLTensor t = {.data = x, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = shape};
+  cohort_allreduce_options_t o;
+  assert_int_equal(cohort_allreduce_options_default(&o), COHORT_OK);
+  assert_int_equal(o.struct_size, sizeof o);
+  o.prescale = 3;
+  o.postscale = 100; /* beyond the struct's size: must not be read */
+  o.struct_size = offsetof(cohort_allreduce_options_t, postscale);
+  assert_int_equal(cohort_allreduce(g_rt, "older_options", &t, NULL, &o), COHORT_OK);
+  assert_float_equal(x[0], 3.0f, 0.0f);
+  assert_float_equal(x[1], 6.0f, 0.0f);
+  /* A size that cuts a field in two is refused. */
+  o.struct_size = offsetof(cohort_allreduce_options_t, postscale) + 4;
+  expect_error(cohort_allreduce(g_rt, "cut_options", &t, NULL, &o), COHORT_ERR_INVALID_ARGUMENT,
+               "not the size of any version of cohort_allreduce_options_t");
+}
+
+/* The deprecated names stay for one minor version and do what their replacements do. */
+#if defined(__GNUC__)
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+static void test_deprecated_alltoall(void** state) {
+  (void)state;
+  DLTensor t = f32_tensor();
+  DLManagedTensor* m = NULL;
+  int64_t splits[1] = {3}, recv[1] = {0};
+  assert_int_equal(cohort_alltoall(g_rt, "old_a2a", &t, splits, &m, recv), COHORT_OK);
+  assert_int_equal(recv[0], 3);
+  assert_int_equal(m->dl_tensor.shape[0], 3);
+  m->deleter(m);
+  cohort_request_t* r = NULL;
+  assert_int_equal(cohort_alltoall_async(g_rt, "old_a2a", &t, NULL, &r), COHORT_OK);
+  assert_int_equal(cohort_request_wait(r), COHORT_OK);
+  cohort_request_destroy(r);
+}
+#if defined(__GNUC__)
+#  pragma GCC diagnostic pop
+#endif
 
 static void test_groups(void** state) {
   (void)state;
@@ -187,7 +247,7 @@ static void test_requests_and_results(void** state) {
   m->deleter(m);
   cohort_request_destroy(r);
 
-  assert_int_equal(cohort_alltoall_async(g_rt, "a2a", &t, NULL, &r), COHORT_OK);
+  assert_int_equal(cohort_alltoallv_async(g_rt, "a2a", &t, NULL, 0, &r), COHORT_OK);
   assert_int_equal(cohort_request_wait(r), COHORT_OK);
   assert_int_equal(cohort_request_recv_splits(r, splits, 1), COHORT_OK);
   assert_int_equal(splits[0], 3);
@@ -205,11 +265,30 @@ static void test_requests_and_results(void** state) {
 
 static void test_mismatch_between_submission_and_cache(void** state) {
   (void)state;
-  /* One rank: the same name with a new shape is a fresh negotiation, not an error. */
+  /* One rank: a name submitted again with another signature than the cached one is
+   * negotiated afresh (not an error), and runs with the new signature. */
   DLTensor t = f32_tensor();
-  assert_int_equal(cohort_allreduce(g_rt, "reshaped", &t, NULL, NULL), COHORT_OK);
-  t.ndim = 1;
-  assert_int_equal(cohort_allreduce(g_rt, "reshaped", &t, NULL, NULL), COHORT_OK);
+  DLManagedTensor* m = NULL;
+  assert_int_equal(cohort_allgather(g_rt, "reshaped", &t, &m), COHORT_OK);
+  assert_int_equal(m->dl_tensor.ndim, 2);
+  m->deleter(m);
+  t.ndim = 1; /* now [3] */
+  assert_int_equal(cohort_allgather(g_rt, "reshaped", &t, &m), COHORT_OK);
+  assert_int_equal(m->dl_tensor.ndim, 1);
+  assert_int_equal(m->dl_tensor.shape[0], 3);
+  assert_float_equal(((const float*)m->dl_tensor.data)[2], g_data[2], 0.0f);
+  m->deleter(m);
+  /* The same name with another prescale: the new scale applies. */
+  float x[2] = {1, 2};
+  int64_t shape[1] = {2};
+  DLTensor v = {.data = x, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = shape};
+  cohort_allreduce_options_t o;
+  assert_int_equal(cohort_allreduce_options_default(&o), COHORT_OK);
+  assert_int_equal(cohort_allreduce(g_rt, "rescaled", &v, NULL, &o), COHORT_OK);
+  assert_float_equal(x[1], 2.0f, 0.0f);
+  o.prescale = 10;
+  assert_int_equal(cohort_allreduce(g_rt, "rescaled", &v, NULL, &o), COHORT_OK);
+  assert_float_equal(x[1], 20.0f, 0.0f);
 }
 
 int main(void) {
@@ -217,6 +296,7 @@ int main(void) {
       cmocka_unit_test(test_null_arguments),       cmocka_unit_test(test_bad_tensors),
       cmocka_unit_test(test_bad_options),          cmocka_unit_test(test_groups),
       cmocka_unit_test(test_requests_and_results), cmocka_unit_test(test_mismatch_between_submission_and_cache),
+      cmocka_unit_test(test_older_options_struct), cmocka_unit_test(test_deprecated_alltoall),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -284,7 +284,8 @@ static void tensor_errors(void** state) {
   expect_error(cohort_model_forward(m, &bad, &logits), COHORT_ERR_INVALID_ARGUMENT, "host memory");
   bad = images;
   bad.ndim = 2;
-  expect_error(cohort_model_forward(m, &bad, &logits), COHORT_ERR_INVALID_ARGUMENT, "must have 4 dimensions");
+  expect_error(cohort_model_forward(m, &bad, &logits), COHORT_ERR_INVALID_ARGUMENT,
+               "images have shape [2, 3] but the model takes");
   int64_t wrong[4] = {2, 16, 16, 3};
   bad = images;
   bad.shape = wrong;
@@ -296,7 +297,8 @@ static void tensor_errors(void** state) {
   expect_error(cohort_model_forward(m, &bad, &logits), COHORT_ERR_INVALID_ARGUMENT, "compact");
   bad = images;
   bad.data = NULL;
-  expect_error(cohort_model_forward(m, &bad, &logits), COHORT_ERR_INVALID_ARGUMENT, "images->data is NULL");
+  expect_error(cohort_model_forward(m, &bad, &logits), COHORT_ERR_INVALID_ARGUMENT,
+               "images: tensor of shape [2, 3, 16, 16] has a NULL data pointer");
   int64_t os_wrong[2] = {2, 4};
   DLTensor bad_out = f32_tensor(out, 2, os_wrong);
   expect_error(cohort_model_forward(m, &images, &bad_out), COHORT_ERR_INVALID_ARGUMENT,

@@ -293,7 +293,7 @@ void test_every_op_and_dtype(cohort_runtime_t* rt) {
     for (int64_t k = 0; k < rows * 2; ++k) reinterpret_cast<int64_t*>(b.bytes.data())[k] = g_rank * 1000 + k;
     DLManagedTensor* res = nullptr;
     std::vector<int64_t> recv(static_cast<size_t>(g_size));
-    OK(cohort_alltoall(rt, "a2a", &b.t, splits.data(), &res, recv.data()));
+    OK(cohort_alltoallv(rt, "a2a", &b.t, splits.data(), splits.size(), &res, recv.data(), recv.size()));
     if (res) {
       int64_t off = 0;
       for (int s = 0; s < g_size; ++s) {
@@ -402,7 +402,7 @@ void every_op_step(cohort_runtime_t* rt, Active active, int step) {
       for (int j = 0; j <= d; ++j, ++row) reinterpret_cast<int64_t*>(b.bytes.data())[row] = g_rank * 100 + d * 10 + j;
     DLManagedTensor* res = nullptr;
     std::vector<int64_t> recv(static_cast<size_t>(g_size), -1);
-    OK(cohort_alltoall(rt, "jo.alltoall", &b.t, splits.data(), &res, recv.data()));
+    OK(cohort_alltoallv(rt, "jo.alltoall", &b.t, splits.data(), splits.size(), &res, recv.data(), recv.size()));
     if (res) {
       int64_t off = 0;
       for (int s = 0; s < g_size; ++s) {

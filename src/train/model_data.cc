@@ -1,0 +1,72 @@
+#include "train/model_data.h"
+
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "train/engine_collectives.h"
+
+namespace cohort::train {
+namespace {
+
+// Gives `key` the model's value unless the configuration already says the same.
+void take_from_model(Config& config, const Model& model, const char* key, int64_t value, const char* what) {
+  if (config.source(key) != OptionSource::kDefault && config.get_int(key) != value)
+    fail(Code::kInvalidArgument, "the option ", key, "=", config.get_int(key), " disagrees with model '", model.name(),
+         "', which takes ", what, " ", value, "; unset the option or build the model with it");
+  config.set(key, std::to_string(value));
+}
+
+std::string dataset_name(const data::Pipeline& pipeline) {
+  const std::string& path = pipeline.options().source.path;
+  return path.empty() ? std::string("synthetic data") : "the data in '" + path + "'";
+}
+
+}  // namespace
+
+data::PipelineOptions pipeline_options_for(const Model& model, const Config& config) {
+  const IoShape io = model.io_shape();
+  require(model.graph().shape(0).size() == 3, "model '", model.name(),
+          "' takes feature vectors, not images: an input pipeline cannot feed it");
+  require(io.height == io.width, "model '", model.name(), "' takes ", io.height, "x", io.width,
+          " images, but an input pipeline makes square ones");
+  Config c = config;
+  take_from_model(c, model, "image_size", io.height, "images of size");
+  take_from_model(c, model, "synthetic_channels", io.channels, "channels:");
+  take_from_model(c, model, "num_classes", io.classes, "classes:");
+  const Runtime& rt = model.runtime();
+  return data::pipeline_options(c, rt.rank(), rt.size(), rt.thread_budget());
+}
+
+void check_pipeline_fits(const Model& model, const data::Pipeline& pipeline) {
+  const IoShape io = model.io_shape();
+  require(pipeline.channels() == io.channels, dataset_name(pipeline), " has ", pipeline.channels(),
+          "-channel images, but model '", model.name(), "' takes ", io.channels, " channels");
+  const int64_t classes = pipeline.source().classes();
+  require(classes <= io.classes, dataset_name(pipeline), " has ", classes, " classes, but model '", model.name(),
+          "' has ", io.classes, " outputs; build the model with --num_classes=", classes);
+}
+
+EvalResult evaluate(Model& model, data::Pipeline& pipeline, int64_t max_steps) {
+  model.runtime().check_open("evaluating");
+  require(max_steps >= 0, "max_steps must be >= 0, got ", max_steps);
+  const int64_t steps = max_steps > 0 ? max_steps : pipeline.steps_per_epoch();
+  const Shape& out_shape = model.graph().shape(model.graph().output_layer());
+  require(out_shape.size() == 1, "evaluation needs a model whose output is a vector of class scores, got ",
+          shape_string(out_shape));
+  const int64_t classes = out_shape[0];
+  EvalAccumulator acc;
+  std::vector<float> logits;
+  for (int64_t s = 0; s < steps; ++s) {
+    const data::BatchView& b = pipeline.next();
+    const int64_t n = b.images.dim(0);
+    logits.resize(static_cast<size_t>(n * classes));
+    Tensor out = Tensor::wrap(logits.data(), {n, classes}, DType::kF32);
+    model.forward(b.images, out);
+    acc.add_batch(out, b.labels, b.valid);
+  }
+  EngineCollectives comm(model.runtime().engine(), "eval/");
+  return acc.global_result(comm);
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,181 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "core/status.h"
+#include "train/agreement.h"
+#include "train/checkpoint.h"
+#include "train/precision.h"
+
+namespace cohort::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The first `rows` rows of a batch tensor (a view).
+Tensor first_rows(const Tensor& t, int64_t rows) {
+  Shape shape = t.shape();
+  shape[0] = rows;
+  return Tensor::wrap(t.data(), shape, t.dtype(), t.device(), t.strides());
+}
+
+// What rank 0 found in a checkpoint directory, as every rank receives it.
+struct SavedHead {
+  bool found = false;
+  RunPosition position;
+
+  Tensor pack() const {
+    Tensor t = Tensor::empty({5}, DType::kI64);
+    int64_t* v = t.data_as<int64_t>();
+    v[0] = found ? 1 : 0;
+    v[1] = position.epoch;
+    v[2] = position.step;
+    v[3] = position.pipeline_epoch;
+    v[4] = position.pipeline_step;
+    return t;
+  }
+  static SavedHead unpack(const Tensor& t) {
+    const int64_t* v = t.data_as<int64_t>();
+    return {v[0] != 0, {v[1], v[2], v[3], v[4]}};
+  }
+};
+
+}  // namespace
+
+Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(std::move(model)), config_(config) {
+  Runtime& rt = model_->runtime();
+  rt.check_open("creating an optimizer");
+  check_precision(config_);
+  global_batch_ = config_.get_int("batch_size") * rt.size() * config_.get_int("backward_passes_per_step");
+  optimizer_ = std::make_unique<Optimizer>(OptimizerOptions::from_config(config_));
+  // Two trainers on one runtime must not share collective names.
+  const int index = rt.next_optimizer_index();
+  comm_ = std::make_unique<EngineCollectives>(rt.engine(), index == 0 ? std::string("grad/") : cat("grad", index, "/"));
+  model_->materialize();
+  std::vector<ParamGrad> params;
+  for (const Parameter& p : model_->graph().params()) params.push_back({p.name, p.value, p.grad});
+  dist_ = std::make_unique<DistributedOptimizer>(*optimizer_, *comm_, std::move(params),
+                                                 DistributedOptions::from_config(config_));
+  // Validate the schedule's options now when the run's length is not needed for it.
+  try {
+    lr_schedule();
+  } catch (const Error&) {
+    if (config_.get_float("warmup_epochs") == 0 && config_.get_string("lr_schedule") == "constant") throw;
+    schedule_.reset();
+  }
+  hook_token_ = model_->set_grad_ready([this](size_t index) { dist_->gradient_ready(index); });
+}
+
+Trainer::~Trainer() { model_->clear_grad_ready(hook_token_); }
+
+void Trainer::check_open() const { model_->runtime().check_open("the optimizer"); }
+
+const LrSchedule& Trainer::lr_schedule() {
+  if (!schedule_)
+    schedule_.emplace(LrScheduleOptions::from_config(config_, global_batch_, steps_per_epoch_, total_steps_));
+  return *schedule_;
+}
+
+void Trainer::set_run_length(int64_t steps_per_epoch, int64_t total_steps) {
+  require(steps_per_epoch >= 0 && total_steps >= 0, "steps_per_epoch (", steps_per_epoch, ") and total_steps (",
+          total_steps, ") must be >= 0");
+  steps_per_epoch_ = steps_per_epoch;
+  total_steps_ = total_steps;
+  schedule_.reset();
+  lr_schedule();
+}
+
+double Trainer::next_lr() { return lr_schedule().lr_at(optimizer_->steps()); }
+
+std::vector<NamedTensor> Trainer::model_tensors() const {
+  std::vector<NamedTensor> out;
+  for (const Parameter& p : model_->graph().params()) out.push_back({p.name, p.value});
+  for (const Parameter& s : model_->graph().states()) out.push_back({s.name, s.value});
+  return out;
+}
+
+void Trainer::broadcast(int root) {
+  check_open();
+  dist_->broadcast_parameters(root);
+  for (const Parameter& s : model_->graph().states()) comm_->broadcast("state/" + s.name, s.value, root);
+}
+
+void Trainer::check_consistency() {
+  check_open();
+  dist_->check_consistency();
+}
+
+StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_t valid) {
+  const auto start = Clock::now();
+  check_open();
+  const int64_t rows = images.ndim() >= 1 ? images.dim(0) : 0;
+  require(valid >= 0 && valid <= rows, "batch->valid is ", valid, " but the batch has ", rows, " rows");
+  StepStats st;
+  st.lr = next_lr();
+  st.images = rows;
+  st.valid = valid;
+  Graph& graph = model_->graph();
+  graph.set_step(
+      static_cast<uint64_t>(optimizer_->steps() * dist_->options().backward_passes_per_step + dist_->pass()));
+  if (valid > 0) {
+    st.loss = model_->forward_backward(first_rows(images, valid), first_rows(labels, valid));
+  } else {
+    for (const Parameter& p : graph.params()) std::memset(p.grad.data(), 0, p.grad.nbytes());
+  }
+  st.compute_s = since(start);
+  comm_->take_wait_seconds();
+  const auto update_start = Clock::now();
+  const bool last_pass = dist_->step(st.lr);
+  st.comm_wait_s = comm_->take_wait_seconds();
+  st.update_s = since(update_start) - st.comm_wait_s;
+  st.step = optimizer_->steps();
+  st.updated = last_pass && !dist_->last_step_skipped();
+  st.total_s = since(start);
+  return st;
+}
+
+void Trainer::save_checkpoint(const std::string& dir, const RunPosition& position) {
+  check_open();
+  require(!dir.empty(), "dir is empty");
+  run_on_root_and_agree(*comm_, "checkpoint/save", 0, cat("save a checkpoint in '", dir, "'"), [&] {
+    Checkpoint ck;
+    ck.model = model_->name();
+    ck.epoch = position.epoch;
+    ck.step = optimizer_->steps();
+    ck.pipeline_epoch = position.pipeline_epoch;
+    ck.pipeline_step = position.pipeline_step;
+    ck.seed = static_cast<uint64_t>(config_.get_int("seed"));
+    ck.metadata["ranks"] = std::to_string(model_->runtime().size());
+    for (const NamedTensor& t : model_tensors()) ck.params.push_back({t.name, clone_host(t.tensor)});
+    store_optimizer_state(ck, *optimizer_);
+    CheckpointDir(dir, static_cast<int>(config_.get_int("keep_checkpoints"))).save(ck);
+  });
+}
+
+void Trainer::restore_on_root(const std::string& dir, RunPosition& position, bool& found) {
+  auto file = CheckpointDir(dir).latest();
+  if (!file) return;
+  Checkpoint ck = read_checkpoint(*file);
+  restore_parameters(ck, model_->name(), model_tensors(), *file);
+  restore_optimizer_state(ck, *optimizer_, *file);
+  found = true;
+  position = {ck.epoch, ck.step, ck.pipeline_epoch, ck.pipeline_step};
+}
+
+std::optional<RunPosition> Trainer::load_checkpoint(const std::string& dir) {
+  check_open();
+  require(!dir.empty(), "dir is empty");
+  SavedHead head;
+  run_on_root_and_agree(*comm_, "checkpoint/load", 0, cat("load the checkpoint in '", dir, "'"),
+                        [&] { restore_on_root(dir, head.position, head.found); });
+  Tensor packed = head.pack();
+  comm_->broadcast("checkpoint/head", packed, 0);
+  head = SavedHead::unpack(packed);
+  if (!head.found) return std::nullopt;
+  broadcast(0);
+  return head.position;
+}
+
+}  // namespace cohort::train

@@ -1,0 +1,99 @@
+// The training step as an object: a model's distributed optimizer (update rule,
+// learning-rate schedule, gradient exchange over the runtime's engine), one training
+// step (forward and backward in the compute bracket, each gradient handed to the
+// engine from the gradient-ready hook as soon as backward finishes it, the update),
+// and checkpoints that every rank agrees on. The C API's optimizer handle is one;
+// any other binding reuses it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "optim/distributed_optimizer.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "train/engine_collectives.h"
+#include "train/model.h"
+
+namespace cohort::train {
+
+// What one training step did.
+struct StepStats {
+  double loss = 0;     // mean loss over this rank's valid samples (0 without any)
+  double lr = 0;       // learning rate of the update (of the next one on an accumulation pass)
+  int64_t images = 0;  // rows of the batch, padding included
+  int64_t valid = 0;   // valid rows of this rank
+  int64_t step = 0;    // optimizer updates taken after the call
+  bool updated = false;
+  double compute_s = 0, comm_wait_s = 0, update_s = 0, total_s = 0;
+};
+
+// Where a run stands, as a checkpoint stores it.
+struct RunPosition {
+  int64_t epoch = 0;  // completed epochs
+  int64_t step = 0;   // optimizer updates taken
+  int64_t pipeline_epoch = 0, pipeline_step = 0;
+};
+
+class Trainer {
+ public:
+  // Options from `config`: the optimizer, schedule and exchange keys, precision,
+  // batch_size (with the runtime's size for the global batch), seed and
+  // keep_checkpoints. Materializes the model and installs its gradient-ready hook.
+  // Not collective, but every rank creates the trainers of a runtime in the same
+  // order: their collectives are named by creation order ("grad/…", "grad1/…", …).
+  Trainer(std::shared_ptr<Model> model, const Config& config);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  Model& model() const { return *model_; }
+
+  // The run's length, for schedules that need it (0: unknown).
+  void set_run_length(int64_t steps_per_epoch, int64_t total_steps);
+  // The learning rate the next update will use.
+  double next_lr();
+  int64_t steps() const { return optimizer_->steps(); }
+
+  // Collective: parameters, batch-norm statistics and optimizer state become root's.
+  void broadcast(int root);
+  // Collective: throws kMismatch naming the first parameter that differs from rank 0's.
+  void check_consistency();
+
+  // One step over the first `valid` rows of `images` [N, ...] and `labels` [N];
+  // collective on update passes. A rank without valid rows takes part with a zero
+  // gradient.
+  StepStats train_step(const Tensor& images, const Tensor& labels, int64_t valid);
+
+  // Collective: rank 0 writes a checkpoint into `dir` (created when missing), then
+  // every rank learns whether it worked; a failure throws the same error on every rank.
+  // `position.step` is ignored: the optimizer's count is saved.
+  void save_checkpoint(const std::string& dir, const RunPosition& position);
+  // Collective: rank 0 restores the latest checkpoint of `dir`, whose values then reach
+  // every rank. nullopt when `dir` has none (nothing changes). A failure throws the
+  // same error on every rank.
+  std::optional<RunPosition> load_checkpoint(const std::string& dir);
+
+ private:
+  void check_open() const;
+  const LrSchedule& lr_schedule();
+  // Parameters and batch-norm statistics, as checkpoints name them.
+  std::vector<NamedTensor> model_tensors() const;
+  void restore_on_root(const std::string& dir, RunPosition& position, bool& found);
+
+  std::shared_ptr<Model> model_;  // kept alive: the trainer writes into it
+  Config config_;
+  int64_t global_batch_ = 0;
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<EngineCollectives> comm_;
+  std::unique_ptr<DistributedOptimizer> dist_;
+  std::optional<LrSchedule> schedule_;
+  uint64_t hook_token_ = 0;
+};
+
+}  // namespace cohort::train
