@@ -15,22 +15,11 @@
 
 #include <cohort/cohort.h>
 
+#include "support/rank_check.h"
+
 namespace {
 
-int g_failures = 0;
 int g_rank = 0, g_size = 1;
-
-#define CHECK(cond, ...)                                                                             \
-  do {                                                                                               \
-    if (!(cond)) {                                                                                   \
-      ++g_failures;                                                                                  \
-      std::fprintf(stderr, "rank %d: %s:%d: check failed: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                                             \
-      std::fprintf(stderr, "\n");                                                                    \
-    }                                                                                                \
-  } while (0)
-
-#define OK(call) CHECK((call) == COHORT_OK, "%s", cohort_last_error())
 
 struct Buffer {
   std::vector<unsigned char> bytes;
@@ -510,6 +499,7 @@ int main(int argc, char** argv) {
   cohort_runtime_t* rt = make_runtime({{"fusion_threshold_mb", "1"}, {"allreduce_shm_kb", "1"}});
   if (!rt) return 1;
   OK(cohort_runtime_rank(rt, &g_rank));
+  rank_check_rank = g_rank;
   OK(cohort_runtime_size(rt, &g_size));
   test_random_order_fusion_and_big(rt);
   test_repeated_names(rt);
@@ -531,6 +521,6 @@ int main(int argc, char** argv) {
   cohort_runtime_destroy(rt);
   test_stall_shutdown();
   test_timeline(std::string(argc > 1 ? argv[1] : "/tmp") + "/cohort_comm_timeline_" + std::to_string(g_size) + ".json");
-  if (g_failures) std::fprintf(stderr, "rank %d: %d checks failed\n", g_rank, g_failures);
-  return g_failures ? 1 : 0;
+  if (rank_check_failures) std::fprintf(stderr, "rank %d: %d checks failed\n", g_rank, rank_check_failures);
+  return rank_check_failures ? 1 : 0;
 }

@@ -8,37 +8,27 @@
 
 #include <cohort/cohort.h>
 
-static int g_failures = 0;
-static int g_rank = -1;
-
-#define CHECK(cond)                                                                                 \
-  do {                                                                                              \
-    if (!(cond)) {                                                                                  \
-      fprintf(stderr, "rank %d: %s:%d: check failed: %s (%s)\n", g_rank, __FILE__, __LINE__, #cond, \
-              cohort_last_error());                                                                 \
-      g_failures++;                                                                                 \
-    }                                                                                               \
-  } while (0)
+#include "support/rank_check.h"
 
 static void check_layout(cohort_runtime_t* rt) {
   cohort_runtime_info_t info = {.struct_size = sizeof(cohort_runtime_info_t)};
   int world_rank = -1, world_size = -1;
-  CHECK(cohort_runtime_info(rt, &info) == COHORT_OK);
+  OK(cohort_runtime_info(rt, &info));
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  g_rank = world_rank;
-  CHECK(info.rank == world_rank);
-  CHECK(info.size == world_size);
+  rank_check_rank = world_rank;
+  CHECK(info.rank == world_rank, "rank %d, MPI says %d", info.rank, world_rank);
+  CHECK(info.size == world_size, "size %d, MPI says %d", info.size, world_size);
   /* One node here: every rank is local. */
-  CHECK(info.local_size == world_size);
-  CHECK(info.local_rank == world_rank);
-  CHECK(info.cross_size == 1);
-  CHECK(info.cross_rank == 0);
-  CHECK(info.thread_budget >= 1);
+  CHECK(info.local_size == world_size, "local_size %d on one node of %d", info.local_size, world_size);
+  CHECK(info.local_rank == world_rank, "local_rank %d", info.local_rank);
+  CHECK(info.cross_size == 1, "cross_size %d on one node", info.cross_size);
+  CHECK(info.cross_rank == 0, "cross_rank %d on one node", info.cross_rank);
+  CHECK(info.thread_budget >= 1, "thread_budget %d", info.thread_budget);
   /* Every rank agrees on the size, and ranks are a permutation of 0..size-1. */
   int* ranks = calloc((size_t)world_size, sizeof(int));
   MPI_Allgather(&info.rank, 1, MPI_INT, ranks, 1, MPI_INT, MPI_COMM_WORLD);
-  for (int r = 0; r < world_size; ++r) CHECK(ranks[r] == r);
+  for (int r = 0; r < world_size; ++r) CHECK(ranks[r] == r, "rank %d reported rank %d", r, ranks[r]);
   free(ranks);
 }
 
@@ -47,29 +37,30 @@ int main(int argc, char** argv) {
   (void)argv;
   cohort_runtime_t* rt = NULL;
   cohort_config_t* cfg = NULL;
-  CHECK(cohort_config_create(&cfg) == COHORT_OK);
-  CHECK(cohort_config_set(cfg, "device", "cpu") == COHORT_OK);
+  OK(cohort_config_create(&cfg));
+  OK(cohort_config_set(cfg, "device", "cpu"));
   for (int round = 0; round < 3; ++round) {
-    CHECK(cohort_runtime_create(cfg, &rt) == COHORT_OK);
+    OK(cohort_runtime_create(cfg, &rt));
     if (!rt) break;
     check_layout(rt);
-    CHECK(cohort_runtime_barrier(rt) == COHORT_OK);
+    OK(cohort_runtime_barrier(rt));
     cohort_runtime_destroy(rt);
   }
   /* Two runtimes at once, each with its own communicator. */
   cohort_runtime_t* a = NULL;
   cohort_runtime_t* b = NULL;
-  CHECK(cohort_runtime_create(cfg, &a) == COHORT_OK);
-  CHECK(cohort_runtime_create(cfg, &b) == COHORT_OK);
-  CHECK(cohort_runtime_barrier(b) == COHORT_OK);
-  CHECK(cohort_runtime_barrier(a) == COHORT_OK);
+  OK(cohort_runtime_create(cfg, &a));
+  OK(cohort_runtime_create(cfg, &b));
+  OK(cohort_runtime_barrier(b));
+  OK(cohort_runtime_barrier(a));
   cohort_runtime_destroy(a);
   cohort_runtime_destroy(b);
   cohort_config_destroy(cfg);
 
   int total = 0;
-  MPI_Allreduce(&g_failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  CHECK(cohort_finalize() == COHORT_OK);
-  if (g_rank == 0) printf("runtime_mpi_test: %s (%d failures over all ranks)\n", total ? "FAILED" : "PASSED", total);
+  MPI_Allreduce(&rank_check_failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  OK(cohort_finalize());
+  if (rank_check_rank == 0)
+    printf("runtime_mpi_test: %s (%d failures over all ranks)\n", total ? "FAILED" : "PASSED", total);
   return total ? 1 : 0;
 }

@@ -6,23 +6,13 @@
 #include <string.h>
 
 #include "cohort/cohort.h"
+#include "support/rank_check.h"
 
 #define N 101
-
-#define CHECK(cond, ...)                               \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      fprintf(stderr, "rank %d: ", rank);              \
-      fprintf(stderr, __VA_ARGS__);                    \
-      fprintf(stderr, " (%s)\n", cohort_last_error()); \
-      failures++;                                      \
-    }                                                  \
-  } while (0)
 
 int main(int argc, char** argv) {
   (void)argc;
   (void)argv;
-  int rank = -1, failures = 0;
   cohort_runtime_t* rt = NULL;
   if (cohort_runtime_create(NULL, &rt) != COHORT_OK) {
     fprintf(stderr, "runtime: %s\n", cohort_last_error());
@@ -32,7 +22,7 @@ int main(int argc, char** argv) {
   memset(&ri, 0, sizeof ri);
   ri.struct_size = sizeof ri;
   cohort_runtime_info(rt, &ri);
-  rank = ri.rank;
+  rank_check_rank = ri.rank;
 
   static uint8_t pixels[N * 4];
   static int32_t labels[N];
@@ -93,9 +83,9 @@ int main(int argc, char** argv) {
   cohort_pipeline_destroy(p);
   cohort_config_destroy(cfg);
   int all = 0;
-  MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&rank_check_failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   cohort_runtime_destroy(rt);
   cohort_finalize();
-  if (rank == 0) printf("%s: %d failures over all ranks\n", all ? "FAILED" : "OK", all);
+  if (rank_check_rank == 0) printf("%s: %d failures over all ranks\n", all ? "FAILED" : "OK", all);
   return all ? 1 : 0;
 }

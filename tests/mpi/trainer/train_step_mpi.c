@@ -18,28 +18,11 @@
 
 #include <cohort/cohort.h>
 
+#include "support/rank_check.h"
+
 enum { F = 6, H = 8, C = 3, B = 4, STEPS = 4 };
 
-static int g_rank = 0, g_size = 1, g_failures = 0;
-
-#define OK(call)                                                                                                   \
-  do {                                                                                                             \
-    cohort_status_t s_ = (call);                                                                                   \
-    if (s_ != COHORT_OK) {                                                                                         \
-      fprintf(stderr, "[rank %d] %s:%d: %s failed: %s\n", g_rank, __FILE__, __LINE__, #call, cohort_last_error()); \
-      exit(1);                                                                                                     \
-    }                                                                                                              \
-  } while (0)
-
-#define EXPECT(cond, ...)                                                                   \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      fprintf(stderr, "[rank %d] %s:%d: expected %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                                         \
-      fprintf(stderr, "\n");                                                                \
-      ++g_failures;                                                                         \
-    }                                                                                       \
-  } while (0)
+static int g_rank = 0, g_size = 1;
 
 /* The global dataset: sample i of step s. */
 static float feature(int64_t s, int64_t i, int f) { return (float)sin(0.37 * (double)(s * 1000 + i * 17 + f)); }
@@ -48,12 +31,12 @@ static int32_t label(int64_t s, int64_t i) { return (int32_t)((s * 7 + i * 3) % 
 static cohort_model_t* make_model(cohort_runtime_t* rt, cohort_config_t* cfg) {
   const int64_t in[1] = {F};
   cohort_model_t* m = NULL;
-  OK(cohort_model_create_custom(rt, cfg, in, 1, &m));
-  OK(cohort_model_add_layer(m, "dense", "fc1", NULL, 0, "out=8", NULL));
-  OK(cohort_model_add_layer(m, "tanh", "act1", NULL, 0, "", NULL));
-  OK(cohort_model_add_layer(m, "dense", "fc2", NULL, 0, "out=3", NULL));
-  OK(cohort_model_add_layer(m, "softmax_xent", "loss", NULL, 0, "", NULL));
-  OK(cohort_model_materialize(m));
+  MUST(cohort_model_create_custom(rt, cfg, in, 1, &m));
+  MUST(cohort_model_add_layer(m, "dense", "fc1", NULL, 0, "out=8", NULL));
+  MUST(cohort_model_add_layer(m, "tanh", "act1", NULL, 0, "", NULL));
+  MUST(cohort_model_add_layer(m, "dense", "fc2", NULL, 0, "out=3", NULL));
+  MUST(cohort_model_add_layer(m, "softmax_xent", "loss", NULL, 0, "", NULL));
+  MUST(cohort_model_materialize(m));
   return m;
 }
 
@@ -83,7 +66,7 @@ static void fill_batch(batch_t* bt, int64_t s, int64_t first, int64_t rows) {
 
 static size_t param_count(cohort_model_t* m) {
   size_t n = 0;
-  OK(cohort_model_num_tensors(m, &n));
+  MUST(cohort_model_num_tensors(m, &n));
   return n;
 }
 
@@ -92,8 +75,8 @@ static double max_rel_diff(cohort_model_t* a, cohort_model_t* b) {
   double worst = 0;
   for (size_t i = 0; i < param_count(a); ++i) {
     DLTensor va, vb;
-    OK(cohort_model_param(a, i, NULL, &va, NULL));
-    OK(cohort_model_param(b, i, NULL, &vb, NULL));
+    MUST(cohort_model_param(a, i, NULL, &va, NULL));
+    MUST(cohort_model_param(b, i, NULL, &vb, NULL));
     int64_t n = 1;
     for (int d = 0; d < va.ndim; ++d) n *= va.shape[d];
     const float* pa = va.data;
@@ -108,15 +91,15 @@ static double max_rel_diff(cohort_model_t* a, cohort_model_t* b) {
 
 static cohort_config_t* config(const char* optimizer, int passes) {
   cohort_config_t* cfg = NULL;
-  OK(cohort_config_create(&cfg));
-  OK(cohort_config_set(cfg, "optimizer", optimizer));
-  OK(cohort_config_set_float(cfg, "lr", 0.2));
-  OK(cohort_config_set_float(cfg, "weight_decay", 0));
-  OK(cohort_config_set_int(cfg, "backward_passes_per_step", passes));
-  OK(cohort_config_set_int(cfg, "batch_size", B));
-  OK(cohort_config_set_int(cfg, "compute_threads", 1));
-  OK(cohort_config_set_int(cfg, "seed", 42));
-  OK(cohort_config_set(cfg, "model", "tiny_mlp"));
+  MUST(cohort_config_create(&cfg));
+  MUST(cohort_config_set(cfg, "optimizer", optimizer));
+  MUST(cohort_config_set_float(cfg, "lr", 0.2));
+  MUST(cohort_config_set_float(cfg, "weight_decay", 0));
+  MUST(cohort_config_set_int(cfg, "backward_passes_per_step", passes));
+  MUST(cohort_config_set_int(cfg, "batch_size", B));
+  MUST(cohort_config_set_int(cfg, "compute_threads", 1));
+  MUST(cohort_config_set_int(cfg, "seed", 42));
+  MUST(cohort_config_set(cfg, "model", "tiny_mlp"));
   return cfg;
 }
 
@@ -126,10 +109,10 @@ static void train_reference(cohort_model_t* ref, int steps) {
   for (int s = 0; s < steps; ++s) {
     fill_batch(bt, s, 0, (int64_t)g_size * B);
     float loss = 0;
-    OK(cohort_model_forward_backward(ref, &bt->b.images, &bt->b.labels, &loss));
+    MUST(cohort_model_forward_backward(ref, &bt->b.images, &bt->b.labels, &loss));
     for (size_t i = 0; i < param_count(ref); ++i) {
       DLTensor v, g;
-      OK(cohort_model_param(ref, i, NULL, &v, &g));
+      MUST(cohort_model_param(ref, i, NULL, &v, &g));
       int64_t n = 1;
       for (int d = 0; d < v.ndim; ++d) n *= v.shape[d];
       float* pv = v.data;
@@ -148,9 +131,9 @@ static void train_distributed(cohort_model_t* m, cohort_optimizer_t* opt, int fi
       const int64_t rows = B / passes;
       fill_batch(bt, s, (int64_t)g_rank * B + p * rows, rows);
       cohort_train_stats_t st = {.struct_size = sizeof st};
-      OK(cohort_optimizer_train_step(opt, &bt->b, &st));
-      EXPECT(st.updated == (p == passes - 1), "updated %d on pass %d of %d", st.updated, p, passes);
-      EXPECT(st.valid == rows && isfinite(st.loss), "valid %lld loss %f", (long long)st.valid, st.loss);
+      MUST(cohort_optimizer_train_step(opt, &bt->b, &st));
+      CHECK(st.updated == (p == passes - 1), "updated %d on pass %d of %d", st.updated, p, passes);
+      CHECK(st.valid == rows && isfinite(st.loss), "valid %lld loss %f", (long long)st.valid, st.loss);
     }
   }
   free(bt);
@@ -161,17 +144,17 @@ static void test_equals_combined_batch(cohort_runtime_t* rt) {
   cohort_model_t* m = make_model(rt, cfg);
   cohort_model_t* ref = make_model(rt, cfg);
   cohort_optimizer_t* opt = NULL;
-  OK(cohort_optimizer_create(m, cfg, &opt));
-  OK(cohort_optimizer_broadcast(opt, 0));
+  MUST(cohort_optimizer_create(m, cfg, &opt));
+  MUST(cohort_optimizer_broadcast(opt, 0));
   train_distributed(m, opt, 0, STEPS, 1);
   train_reference(ref, STEPS);
   const double d = max_rel_diff(m, ref);
-  EXPECT(d < 1e-5, "distributed vs combined-batch parameters differ by %g", d);
+  CHECK(d < 1e-5, "distributed vs combined-batch parameters differ by %g", d);
   if (g_rank == 0) printf("np=%d: distributed vs combined batch, max relative difference %g\n", g_size, d);
-  EXPECT(cohort_optimizer_check_consistency(opt) == COHORT_OK, "%s", cohort_last_error());
+  CHECK(cohort_optimizer_check_consistency(opt) == COHORT_OK, "%s", cohort_last_error());
   int64_t steps = 0;
-  OK(cohort_optimizer_state(opt, NULL, &steps));
-  EXPECT(steps == STEPS, "steps %lld", (long long)steps);
+  MUST(cohort_optimizer_state(opt, NULL, &steps));
+  CHECK(steps == STEPS, "steps %lld", (long long)steps);
   cohort_optimizer_destroy(opt);
   cohort_model_destroy(ref);
   cohort_model_destroy(m);
@@ -184,12 +167,12 @@ static void test_backward_passes(cohort_runtime_t* rt) {
   cohort_model_t* a = make_model(rt, one);
   cohort_model_t* b = make_model(rt, two);
   cohort_optimizer_t *oa = NULL, *ob = NULL;
-  OK(cohort_optimizer_create(a, one, &oa));
-  OK(cohort_optimizer_create(b, two, &ob));
+  MUST(cohort_optimizer_create(a, one, &oa));
+  MUST(cohort_optimizer_create(b, two, &ob));
   train_distributed(a, oa, 0, STEPS, 1);
   train_distributed(b, ob, 0, STEPS, 2);
   const double d = max_rel_diff(a, b);
-  EXPECT(d < 1e-5, "backward_passes_per_step=2 differs from one pass over the whole batch by %g", d);
+  CHECK(d < 1e-5, "backward_passes_per_step=2 differs from one pass over the whole batch by %g", d);
   if (g_rank == 0) printf("np=%d: backward_passes_per_step=2 vs 1, max relative difference %g\n", g_size, d);
   cohort_optimizer_destroy(oa);
   cohort_optimizer_destroy(ob);
@@ -205,36 +188,36 @@ static void test_resume(cohort_runtime_t* rt, const char* dir) {
   cohort_model_t* first = make_model(rt, cfg);
   cohort_model_t* second = make_model(rt, cfg);
   cohort_optimizer_t *of = NULL, *o1 = NULL, *o2 = NULL;
-  OK(cohort_optimizer_create(full, cfg, &of));
-  OK(cohort_optimizer_create(first, cfg, &o1));
-  OK(cohort_optimizer_create(second, cfg, &o2));
+  MUST(cohort_optimizer_create(full, cfg, &of));
+  MUST(cohort_optimizer_create(first, cfg, &o1));
+  MUST(cohort_optimizer_create(second, cfg, &o2));
   train_distributed(full, of, 0, STEPS, 1);
   train_distributed(first, o1, 0, STEPS / 2, 1);
   cohort_checkpoint_info_t ck = {.struct_size = sizeof ck, .epoch = 0, .pipeline_epoch = 0, .pipeline_step = STEPS / 2};
-  OK(cohort_optimizer_save_checkpoint(o1, dir, &ck)); /* agreed: the file exists on return */
+  MUST(cohort_optimizer_save_checkpoint(o1, dir, &ck)); /* agreed: the file exists on return */
   cohort_checkpoint_info_t got = {.struct_size = sizeof got};
   int found = 0;
-  OK(cohort_optimizer_load_checkpoint(o2, dir, &got, &found));
-  EXPECT(found == 1 && got.step == STEPS / 2 && got.pipeline_step == STEPS / 2, "found %d step %lld", found,
-         (long long)got.step);
+  MUST(cohort_optimizer_load_checkpoint(o2, dir, &got, &found));
+  CHECK(found == 1 && got.step == STEPS / 2 && got.pipeline_step == STEPS / 2, "found %d step %lld", found,
+        (long long)got.step);
   train_distributed(second, o2, STEPS / 2, STEPS - STEPS / 2, 1);
   const double d = max_rel_diff(second, full);
   if (g_rank == 0) printf("np=%d: resumed vs uninterrupted, max relative difference %g\n", g_size, d);
   if (g_size <= 2)
-    EXPECT(d == 0, "resumed run differs from the uninterrupted one by %g (expected bit-exact)", d);
+    CHECK(d == 0, "resumed run differs from the uninterrupted one by %g (expected bit-exact)", d);
   else
-    EXPECT(d < 1e-6, "resumed run differs from the uninterrupted one by %g", d);
+    CHECK(d < 1e-6, "resumed run differs from the uninterrupted one by %g", d);
   /* A checkpoint of another model is refused on every rank. */
   cohort_config_t* other = config("momentum", 1);
-  OK(cohort_config_set(other, "model", "other_model"));
+  MUST(cohort_config_set(other, "model", "other_model"));
   cohort_model_t* m3 = make_model(rt, other);
   cohort_optimizer_t* o3 = NULL;
-  OK(cohort_optimizer_create(m3, other, &o3));
+  MUST(cohort_optimizer_create(m3, other, &o3));
   cohort_status_t s = cohort_optimizer_load_checkpoint(o3, dir, &got, &found);
-  EXPECT(s != COHORT_OK, "loading another model's checkpoint succeeded");
-  EXPECT(strstr(cohort_last_error(), "rank 0 could not load the checkpoint") != NULL &&
-             strstr(cohort_last_error(), "tiny_mlp") != NULL,
-         "message: %s", cohort_last_error());
+  CHECK(s != COHORT_OK, "loading another model's checkpoint succeeded");
+  CHECK(strstr(cohort_last_error(), "rank 0 could not load the checkpoint") != NULL &&
+            strstr(cohort_last_error(), "tiny_mlp") != NULL,
+        "message: %s", cohort_last_error());
   cohort_optimizer_destroy(o3);
   cohort_model_destroy(m3);
   cohort_config_destroy(other);
@@ -257,21 +240,21 @@ static void test_evaluate(cohort_runtime_t* rt) {
   DLTensor xt = {.data = x, .device = {kDLCPU, 0}, .ndim = 3, .dtype = {kDLUInt, 8, 1}, .shape = xs};
   DLTensor yt = {.data = y, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLInt, 32, 1}, .shape = ys};
   cohort_config_t* cfg = config("sgd", 1);
-  OK(cohort_config_set_int(cfg, "batch_size", 3));
-  OK(cohort_config_set(cfg, "shuffle", "false"));
-  OK(cohort_config_set(cfg, "augment", "none"));
+  MUST(cohort_config_set_int(cfg, "batch_size", 3));
+  MUST(cohort_config_set(cfg, "shuffle", "false"));
+  MUST(cohort_config_set(cfg, "augment", "none"));
   const int64_t in[3] = {1, S, S};
   cohort_model_t* m = NULL;
-  OK(cohort_model_create_custom(rt, cfg, in, 3, &m));
-  OK(cohort_model_add_layer(m, "flatten", "flat", NULL, 0, "", NULL));
-  OK(cohort_model_add_layer(m, "dense", "fc", NULL, 0, "out=3", NULL));
-  OK(cohort_model_add_layer(m, "softmax_xent", "loss", NULL, 0, "", NULL));
+  MUST(cohort_model_create_custom(rt, cfg, in, 3, &m));
+  MUST(cohort_model_add_layer(m, "flatten", "flat", NULL, 0, "", NULL));
+  MUST(cohort_model_add_layer(m, "dense", "fc", NULL, 0, "out=3", NULL));
+  MUST(cohort_model_add_layer(m, "softmax_xent", "loss", NULL, 0, "", NULL));
   cohort_pipeline_t* p = NULL;
-  OK(cohort_pipeline_create_from_memory(rt, cfg, &xt, &yt, &p));
+  MUST(cohort_pipeline_create_from_memory(rt, cfg, &xt, &yt, &p));
   cohort_eval_result_t r = {.struct_size = sizeof r};
-  OK(cohort_model_evaluate(m, p, 0, &r));
-  EXPECT(r.samples == N, "evaluated %lld samples, the set has %d", (long long)r.samples, N);
-  EXPECT(r.top1 >= 0 && r.top1 <= 1 && r.top5 == 1.0 && r.loss > 0, "top1 %f top5 %f loss %f", r.top1, r.top5, r.loss);
+  MUST(cohort_model_evaluate(m, p, 0, &r));
+  CHECK(r.samples == N, "evaluated %lld samples, the set has %d", (long long)r.samples, N);
+  CHECK(r.top1 >= 0 && r.top1 <= 1 && r.top5 == 1.0 && r.loss > 0, "top1 %f top5 %f loss %f", r.top1, r.top5, r.loss);
   cohort_pipeline_destroy(p);
   cohort_model_destroy(m);
   cohort_config_destroy(cfg);
@@ -280,21 +263,22 @@ static void test_evaluate(cohort_runtime_t* rt) {
 int main(int argc, char** argv) {
   const char* dir = argc > 1 ? argv[1] : "train_step_mpi_ckpt";
   cohort_runtime_t* rt = NULL;
-  OK(cohort_runtime_create(NULL, &rt));
-  OK(cohort_runtime_rank(rt, &g_rank));
-  OK(cohort_runtime_size(rt, &g_size));
+  MUST(cohort_runtime_create(NULL, &rt));
+  MUST(cohort_runtime_rank(rt, &g_rank));
+  rank_check_rank = g_rank;
+  MUST(cohort_runtime_size(rt, &g_size));
   char path[512];
   snprintf(path, sizeof path, "%s_np%d", dir, g_size);
   test_equals_combined_batch(rt);
   test_backward_passes(rt);
   test_resume(rt, path);
   test_evaluate(rt);
-  int failures = g_failures;
+  int failures = rank_check_failures;
   {
     int64_t one = 1;
     double f = failures;
     DLTensor t = {.data = &f, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &one};
-    OK(cohort_allreduce(rt, "failures", &t, &t, NULL));
+    MUST(cohort_allreduce(rt, "failures", &t, &t, NULL));
     failures = (int)f;
   }
   if (g_rank == 0) printf("train_step_mpi: %d ranks, %d failure(s)\n", g_size, failures);
