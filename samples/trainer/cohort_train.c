@@ -5,7 +5,11 @@
  * library's option registry (see --help). Only rank 0 prints; the output follows
  * tf_cnn_benchmarks: the header, a line every display_every steps, then
  * `images/sec: MEAN +/- STDERR (jitter = J)` and `total images/sec`. With --json the
- * last line is the run summary (schema cohort.run/1). */
+ * last line is the run summary (schema cohort.run/1).
+ *
+ * run() reads as the steps of a training program: start the runtime, build the model,
+ * open the pipelines made for it, plan the run, start from rank 0's parameters or a
+ * checkpoint, train (saving checkpoints on the way), then evaluate and report. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdio.h>
@@ -16,7 +20,30 @@
 
 #include <cohort/cohort.h>
 
+/* The options the trainer reads itself (every other one goes to the library). */
 typedef struct {
+  char model[128], precision[16], data_dir[4096], data_format[16], progress[16], checkpoint_dir[4096];
+  int64_t batch_size, passes, display_every;
+  int eval, resume, json, summary_only;
+} settings_t;
+
+/* The run's length, fixed before the first step. */
+typedef struct {
+  int64_t steps_per_epoch; /* batches per epoch of the training pipeline */
+  int64_t total;           /* batches of the whole run (whole optimizer steps) */
+  int64_t warmup;          /* batches not measured */
+  int64_t dataset_size;
+} plan_t;
+
+/* Where training stands. */
+typedef struct {
+  int64_t step;        /* batches done */
+  int64_t epochs_done; /* completed epochs */
+  double loss;         /* loss of the last step on this rank */
+} progress_t;
+
+typedef struct {
+  settings_t set;
   cohort_config_t* cfg;
   cohort_runtime_t* rt;
   cohort_model_t* model;
@@ -26,7 +53,7 @@ typedef struct {
   cohort_metrics_t* metrics;
   int rank, size, local_size;
   int tty; /* draw a live progress line */
-  char *model_name, *precision, *data_dir, *data_format, *progress, *checkpoint_dir;
+  double wall_start;
 } trainer_t;
 
 static double now_s(void) {
@@ -43,8 +70,11 @@ static const char* error_text(void) {
   return e;
 }
 
-static int fail_msg(const trainer_t* t, cohort_status_t s, const char* what) {
-  if (t->rank <= 0 || s != COHORT_ERR_INVALID_ARGUMENT) {
+/* Reports a failed call. The checkpoint calls fail alike on every rank, with the same
+ * message (the ranks agree on rank 0's outcome), and every rank makes the same
+ * bad-argument mistake, so rank 0 alone says so; other failures are this rank's own. */
+static int fail_msg(const trainer_t* t, cohort_status_t s, const char* what, int agreed) {
+  if (t->rank <= 0 || (!agreed && s != COHORT_ERR_INVALID_ARGUMENT)) {
     if (t->size > 1)
       fprintf(stderr, "cohort-train: rank %d: %s: %s\n", t->rank, what, error_text());
     else
@@ -53,20 +83,21 @@ static int fail_msg(const trainer_t* t, cohort_status_t s, const char* what) {
   return 1;
 }
 
-#define CHECK(call, what)                              \
-  do {                                                 \
-    cohort_status_t s_ = (call);                       \
-    if (s_ != COHORT_OK) return fail_msg(t, s_, what); \
+#define CHECK_CALL(call, what, agreed)                         \
+  do {                                                         \
+    cohort_status_t s_ = (call);                               \
+    if (s_ != COHORT_OK) return fail_msg(t, s_, what, agreed); \
   } while (0)
+/* A call of this rank alone. */
+#define CHECK(call, what) CHECK_CALL(call, what, 0)
+/* A collective call whose error is the same on every rank (checkpoint save and load). */
+#define CHECK_AGREED(call, what) CHECK_CALL(call, what, 1)
 
-static char* get_string(const cohort_config_t* cfg, const char* key) {
-  size_t needed = 0;
-  cohort_config_get(cfg, key, NULL, 0, &needed);
-  char* buf = malloc(needed ? needed : 1);
-  if (!buf) return NULL;
-  buf[0] = '\0';
-  if (needed) cohort_config_get(cfg, key, buf, needed, NULL);
-  return buf;
+/* ---------------------------------------------------------------- options */
+
+static void get_string(const cohort_config_t* cfg, const char* key, char* out, size_t size) {
+  out[0] = '\0';
+  cohort_config_get(cfg, key, out, size, NULL);
 }
 
 static int64_t get_int(const cohort_config_t* cfg, const char* key) {
@@ -74,21 +105,42 @@ static int64_t get_int(const cohort_config_t* cfg, const char* key) {
   cohort_config_get_int(cfg, key, &v);
   return v;
 }
+
 static double get_float(const cohort_config_t* cfg, const char* key) {
   double v = 0;
   cohort_config_get_float(cfg, key, &v);
   return v;
 }
+
 static int get_bool(const cohort_config_t* cfg, const char* key) {
   int v = 0;
   cohort_config_get_bool(cfg, key, &v);
   return v;
 }
+
 static int is_explicit(const cohort_config_t* cfg, const char* key) {
   cohort_option_source_t src = COHORT_SOURCE_DEFAULT;
   cohort_config_source(cfg, key, &src);
   return src != COHORT_SOURCE_DEFAULT;
 }
+
+static void read_settings(const cohort_config_t* cfg, settings_t* s) {
+  get_string(cfg, "model", s->model, sizeof s->model);
+  get_string(cfg, "precision", s->precision, sizeof s->precision);
+  get_string(cfg, "data_dir", s->data_dir, sizeof s->data_dir);
+  get_string(cfg, "data_format", s->data_format, sizeof s->data_format);
+  get_string(cfg, "progress", s->progress, sizeof s->progress);
+  get_string(cfg, "checkpoint_dir", s->checkpoint_dir, sizeof s->checkpoint_dir);
+  s->batch_size = get_int(cfg, "batch_size");
+  s->passes = get_int(cfg, "backward_passes_per_step");
+  s->display_every = get_int(cfg, "display_every");
+  s->eval = get_bool(cfg, "eval");
+  s->resume = get_bool(cfg, "resume");
+  s->json = get_bool(cfg, "json");
+  s->summary_only = get_bool(cfg, "summary");
+}
+
+/* ---------------------------------------------------------------- output (rank 0) */
 
 /* "Cmd line args:" lists the options given on the command line, in their order. */
 static void print_cmd_line(const cohort_config_t* cfg, int argc, char** argv) {
@@ -110,11 +162,10 @@ static void print_cmd_line(const cohort_config_t* cfg, int argc, char** argv) {
     int dup = 0;
     for (int j = 0; j < nseen; ++j) dup |= strcmp(seen[j], k) == 0;
     if (dup || nseen == 64) continue;
-    char* v = get_string(cfg, k);
-    if (!v) continue;
+    char value[4096];
+    if (cohort_config_get(cfg, k, value, sizeof value, NULL) != COHORT_OK) continue;
     strcpy(seen[nseen++], k);
-    printf("  --%s=%s\n", k, v);
-    free(v);
+    printf("  --%s=%s\n", k, value);
   }
 }
 
@@ -128,29 +179,17 @@ static void clear_live(const trainer_t* t) {
   if (t->tty) fputs("\r\033[K", stdout);
 }
 
-/* Sets a pipeline option unless the user chose it. */
-static int default_option(cohort_config_t* cfg, const char* key, int64_t value) {
-  if (is_explicit(cfg, key)) return 0;
-  return cohort_config_set_int(cfg, key, value) != COHORT_OK;
-}
-
-static int open_pipelines(trainer_t* t, int want_eval) {
-  int64_t c = 0, h = 0, w = 0, classes = 0;
-  CHECK(cohort_model_io_shape(t->model, &c, &h, &w, &classes), "reading the model's input shape");
-  cohort_config_t* pc = NULL;
-  CHECK(cohort_config_clone(t->cfg, &pc), "copying the configuration");
-  int bad = default_option(pc, "image_size", h) | default_option(pc, "num_classes", classes) |
-            default_option(pc, "synthetic_channels", c);
-  cohort_status_t s = bad ? COHORT_ERR_INVALID_ARGUMENT : cohort_pipeline_create(t->rt, pc, &t->train);
-  if (s == COHORT_OK && want_eval) {
-    cohort_config_set(pc, "data_split", "validation");
-    cohort_config_set(pc, "augment", "none");
-    cohort_config_set(pc, "shuffle", "false");
-    s = cohort_pipeline_create(t->rt, pc, &t->eval);
-  }
-  cohort_config_destroy(pc);
-  if (s != COHORT_OK) return fail_msg(t, s, "opening the input pipeline");
-  return 0;
+static void print_header(const trainer_t* t, const plan_t* plan, int argc, char** argv) {
+  if (t->rank != 0) return;
+  print_cmd_line(t->cfg, argc, argv);
+  printf("Num ranks:   %d\n", t->size);
+  printf("Num images:  %lld\n", (long long)plan->dataset_size);
+  printf("Model:       %s\n", t->set.model);
+  printf("Batch size:  %lld per device\n", (long long)t->set.batch_size);
+  printf("             %lld total\n", (long long)(t->set.batch_size * t->size));
+  printf("Data format: %s\n", t->set.data_format);
+  printf("Data type:   %s\n", labs_dtype(t->set.precision));
+  fflush(stdout);
 }
 
 static void print_rate_line(const trainer_t* t, int64_t step, double rate, const cohort_rate_summary_t* r,
@@ -165,207 +204,248 @@ static void print_rate_line(const trainer_t* t, int64_t step, double rate, const
   fflush(stdout);
 }
 
-static int run(trainer_t* t, int argc, char** argv) {
-  const double wall_start = now_s();
+/* ---------------------------------------------------------------- the steps of run() */
+
+static int start_runtime(trainer_t* t) {
   cohort_runtime_info_t info = {.struct_size = sizeof info};
   CHECK(cohort_runtime_create(t->cfg, &t->rt), "starting the runtime");
-  CHECK(cohort_runtime_info(t->rt, &info), "cohort_runtime_info");
+  CHECK(cohort_runtime_info(t->rt, &info), "reading the runtime's ranks");
   t->rank = info.rank;
   t->size = info.size;
   t->local_size = info.local_size;
+  const char* p = t->set.progress;
+  t->tty = t->rank == 0 && (strcmp(p, "tty") == 0 || (strcmp(p, "auto") == 0 && isatty(1)));
+  return 0;
+}
 
-  char* model_name = t->model_name = get_string(t->cfg, "model");
-  char* precision = t->precision = get_string(t->cfg, "precision");
-  char* data_dir = t->data_dir = get_string(t->cfg, "data_dir");
-  char* data_format = t->data_format = get_string(t->cfg, "data_format");
-  char* progress = t->progress = get_string(t->cfg, "progress");
-  char* checkpoint_dir = t->checkpoint_dir = get_string(t->cfg, "checkpoint_dir");
-  char device[32] = "cpu";
-  cohort_runtime_device(t->rt, device, sizeof device, NULL);
-  if (!model_name || !precision || !data_dir || !data_format || !progress || !checkpoint_dir) {
-    fprintf(stderr, "cohort-train: out of memory\n");
-    return 1;
-  }
-  t->tty = t->rank == 0 && (strcmp(progress, "tty") == 0 || (strcmp(progress, "auto") == 0 && isatty(1)));
+static int build_model(trainer_t* t) {
+  if (cohort_model_create(t->rt, t->set.model, t->cfg, &t->model) == COHORT_OK) return 0;
+  /* The labs' wording, `Invalid model type: NAME`, then the valid names. */
+  const char* e = error_text();
+  const char* q = "Invalid model type: '";
+  const char* end = strncmp(e, q, strlen(q)) == 0 ? strchr(e + strlen(q), '\'') : NULL;
+  if (t->rank == 0 && end)
+    fprintf(stderr, "cohort-train: Invalid model type: %.*s%s\n", (int)(end - e - strlen(q)), e + strlen(q), end + 1);
+  else if (t->rank == 0)
+    fprintf(stderr, "cohort-train: building the model: %s\n", e);
+  return 1;
+}
 
-  if (cohort_model_create(t->rt, model_name, t->cfg, &t->model) != COHORT_OK) {
-    /* The labs' wording, `Invalid model type: NAME`, then the valid names. */
-    const char* e = error_text();
-    const char* q = "Invalid model type: '";
-    const char* end = strncmp(e, q, strlen(q)) == 0 ? strchr(e + strlen(q), '\'') : NULL;
-    if (t->rank == 0 && end)
-      fprintf(stderr, "cohort-train: Invalid model type: %.*s%s\n", (int)(end - e - strlen(q)), e + strlen(q), end + 1);
-    else if (t->rank == 0)
-      fprintf(stderr, "cohort-train: building the model: %s\n", e);
-    return 1;
+/* --summary: the layer table, or the parameter count if the table cannot be made. */
+static int print_model_summary(const trainer_t* t) {
+  if (t->rank != 0) return 0;
+  int64_t params = 0;
+  CHECK(cohort_model_num_params(t->model, &params), "counting parameters");
+  size_t needed = 0;
+  cohort_model_summary(t->model, NULL, 0, &needed);
+  char* text = malloc(needed);
+  if (text && cohort_model_summary(t->model, text, needed, NULL) == COHORT_OK)
+    fputs(text, stdout);
+  else
+    printf("total parameters: %lld\n", (long long)params);
+  free(text);
+  return 0;
+}
+
+/* The training pipeline and, with --eval, the evaluation one, both made for the model:
+ * they take its image size, channels and classes. */
+static int open_pipelines(trainer_t* t) {
+  CHECK(cohort_pipeline_create_for_model(t->model, t->cfg, &t->train), "opening the input pipeline");
+  if (!t->set.eval) return 0;
+  cohort_config_t* ec = NULL;
+  CHECK(cohort_config_clone(t->cfg, &ec), "copying the configuration");
+  cohort_status_t s = cohort_config_set(ec, "data_split", "validation");
+  if (s == COHORT_OK) s = cohort_config_set(ec, "augment", "none");
+  if (s == COHORT_OK) s = cohort_config_set(ec, "shuffle", "false");
+  if (s == COHORT_OK) s = cohort_pipeline_create_for_model(t->model, ec, &t->eval);
+  cohort_config_destroy(ec);
+  if (s != COHORT_OK) return fail_msg(t, s, "opening the evaluation pipeline", 0);
+  return 0;
+}
+
+/* --num_iter, or --num_epochs of the training pipeline, in whole optimizer steps. */
+static int plan_run(trainer_t* t, plan_t* plan) {
+  cohort_pipeline_info_t info = {.struct_size = sizeof info};
+  CHECK(cohort_pipeline_info(t->train, &info), "reading the pipeline's size");
+  const int64_t passes = t->set.passes;
+  plan->steps_per_epoch = info.steps_per_epoch;
+  plan->dataset_size = info.dataset_size;
+  int64_t total = get_int(t->cfg, "num_iter");
+  if (total == 0) total = (int64_t)ceil(get_float(t->cfg, "num_epochs") * (double)plan->steps_per_epoch);
+  if (total < 1) total = 1;
+  plan->total = (total + passes - 1) / passes * passes;
+  plan->warmup = get_int(t->cfg, "num_warmup_batches");
+  if (plan->warmup > plan->total - 1) plan->warmup = plan->total - 1;
+  const int64_t updates_per_epoch = plan->steps_per_epoch / passes > 0 ? plan->steps_per_epoch / passes : 1;
+  CHECK(cohort_optimizer_set_run_length(t->opt, updates_per_epoch, plan->total / passes),
+        "setting the learning-rate schedule");
+  CHECK(cohort_metrics_create(plan->warmup, &t->metrics), "creating the step metrics");
+  return 0;
+}
+
+/* Rank 0's parameters on every rank; with --resume, those of the latest checkpoint and
+ * the position it recorded. */
+static int restore_or_start(trainer_t* t, progress_t* p) {
+  CHECK(cohort_optimizer_broadcast(t->opt, 0), "broadcasting parameters from rank 0");
+  if (!t->set.resume) return 0;
+  if (t->set.checkpoint_dir[0] == '\0') {
+    if (t->rank == 0) fprintf(stderr, "cohort-train: --resume needs --checkpoint_dir\n");
+    return 2;
   }
-  if (get_bool(t->cfg, "summary")) {
-    if (t->rank == 0) {
-      size_t needed = 0;
-      int64_t params = 0;
-      CHECK(cohort_model_num_params(t->model, &params), "counting parameters");
-      cohort_model_summary(t->model, NULL, 0, &needed);
-      char* text = malloc(needed);
-      if (text && cohort_model_summary(t->model, text, needed, NULL) == COHORT_OK)
-        fputs(text, stdout);
-      else
-        printf("total parameters: %lld\n", (long long)params);
-      free(text);
-    }
+  cohort_checkpoint_info_t ck = {.struct_size = sizeof ck};
+  int found = 0;
+  CHECK_AGREED(cohort_optimizer_load_checkpoint(t->opt, t->set.checkpoint_dir, &ck, &found), "resuming");
+  if (!found) {
+    if (t->rank == 0) printf("No checkpoint in %s: starting from scratch\n", t->set.checkpoint_dir);
     return 0;
   }
-  CHECK(cohort_optimizer_create(t->model, t->cfg, &t->opt), "setting up the optimizer");
-  const int want_eval = get_bool(t->cfg, "eval");
-  if (open_pipelines(t, want_eval)) return 1;
+  p->step = ck.step * t->set.passes;
+  p->epochs_done = ck.epoch;
+  CHECK(cohort_pipeline_seek(t->train, ck.pipeline_epoch, ck.pipeline_step), "seeking the input pipeline");
+  if (t->rank == 0) printf("Resumed from step %lld (epoch %lld)\n", (long long)ck.step, (long long)ck.epoch);
+  return 0;
+}
 
-  cohort_pipeline_info_t pinfo = {.struct_size = sizeof pinfo};
-  CHECK(cohort_pipeline_info(t->train, &pinfo), "cohort_pipeline_info");
-  const int64_t batch = get_int(t->cfg, "batch_size");
-  const int64_t passes = get_int(t->cfg, "backward_passes_per_step");
-  const int64_t spe = pinfo.steps_per_epoch;
-  int64_t total = get_int(t->cfg, "num_iter");
-  if (total == 0) total = (int64_t)ceil(get_float(t->cfg, "num_epochs") * (double)spe);
-  if (total < 1) total = 1;
-  total = (total + passes - 1) / passes * passes; /* whole optimizer steps */
-  int64_t warmup = get_int(t->cfg, "num_warmup_batches");
-  if (warmup > total - 1) warmup = total - 1;
-  CHECK(cohort_optimizer_set_run_length(t->opt, spe / passes > 0 ? spe / passes : 1, total / passes),
-        "setting the learning-rate schedule");
-  CHECK(cohort_metrics_create(warmup, &t->metrics), "cohort_metrics_create");
+/* The agreed save: rank 0 writes, and a failure stops every rank alike. */
+static int save_checkpoint(const trainer_t* t, const cohort_batch_t* b, int epoch_end, int64_t epochs_done) {
+  cohort_checkpoint_info_t ck = {.struct_size = sizeof ck};
+  ck.epoch = epochs_done;
+  ck.pipeline_epoch = epoch_end ? b->epoch + 1 : b->epoch;
+  ck.pipeline_step = epoch_end ? 0 : b->step + 1;
+  CHECK_AGREED(cohort_optimizer_save_checkpoint(t->opt, t->set.checkpoint_dir, &ck), "saving a checkpoint");
+  return 0;
+}
 
-  if (t->rank == 0) {
-    print_cmd_line(t->cfg, argc, argv);
-    printf("Num ranks:   %d\n", t->size);
-    printf("Num images:  %lld\n", (long long)pinfo.dataset_size);
-    printf("Model:       %s\n", model_name);
-    printf("Batch size:  %lld per device\n", (long long)batch);
-    printf("             %lld total\n", (long long)(batch * t->size));
-    printf("Data format: %s\n", data_format);
-    printf("Data type:   %s\n", labs_dtype(precision));
-    fflush(stdout);
-  }
-
-  /* Same starting point everywhere, or the saved one. */
-  CHECK(cohort_optimizer_broadcast(t->opt, 0), "broadcasting parameters from rank 0");
-  int64_t start = 0, epochs_done = 0;
-  if (get_bool(t->cfg, "resume")) {
-    if (checkpoint_dir[0] == '\0') {
-      if (t->rank == 0) fprintf(stderr, "cohort-train: --resume needs --checkpoint_dir\n");
-      return 2;
-    }
-    cohort_checkpoint_info_t ck = {.struct_size = sizeof ck};
-    int found = 0;
-    CHECK(cohort_optimizer_load_checkpoint(t->opt, checkpoint_dir, &ck, &found), "resuming");
-    if (found) {
-      start = ck.step * passes;
-      epochs_done = ck.epoch;
-      CHECK(cohort_pipeline_seek(t->train, ck.pipeline_epoch, ck.pipeline_step), "seeking the input pipeline");
-      if (t->rank == 0) printf("Resumed from step %lld (epoch %lld)\n", (long long)ck.step, (long long)ck.epoch);
-    } else if (t->rank == 0) {
-      printf("No checkpoint in %s: starting from scratch\n", checkpoint_dir);
-    }
-  }
-
-  const int64_t display = get_int(t->cfg, "display_every");
-  double loss = 0;
-  int64_t step = start, last_epoch = -1, last_pos_step = 0;
-  cohort_rate_summary_t rates = {.struct_size = sizeof rates};
-  cohort_train_stats_t st = {.struct_size = sizeof st};
-  if (t->rank == 0 && warmup > 0 && start < warmup) {
-    printf("Running warm up\n");
-    fflush(stdout);
-  }
-  while (step < total) {
-    const double t0 = now_s();
-    cohort_batch_t b = {.struct_size = sizeof b};
-    CHECK(cohort_pipeline_next(t->train, &b), "reading a batch");
-    const double t1 = now_s();
-    CHECK(cohort_optimizer_train_step(t->opt, &b, &st), "training step");
-    const double secs = now_s() - t0;
-    ++step;
-    loss = st.loss;
-    last_epoch = b.epoch;
-    last_pos_step = b.step;
-    CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, (double)(b.valid * t->size)),
-          "cohort_metrics_record");
-    if (step == warmup && t->rank == 0) {
-      clear_live(t);
-      printf("Done warm up\nStep\tImg/sec\ttotal_loss\n");
-      fflush(stdout);
-    }
-    const int epoch_end = spe > 0 && b.step == spe - 1;
-    if (step % display == 0 || step == total) {
-      CHECK(cohort_metrics_summary(t->metrics, &rates), "cohort_metrics_summary");
-      print_rate_line(t, step, (double)(b.valid * t->size) / secs, &rates, loss);
-    } else if (t->tty) {
-      printf("\r\033[Kstep %lld/%lld  %.1f images/sec  loss %.3f", (long long)step, (long long)total,
-             (double)(b.valid * t->size) / secs, loss);
-      fflush(stdout);
-    }
-    if (epoch_end) ++epochs_done;
-    if (checkpoint_dir[0] && st.updated && (epoch_end || step == total)) {
-      cohort_checkpoint_info_t ck = {.struct_size = sizeof ck};
-      ck.epoch = epochs_done;
-      ck.pipeline_epoch = epoch_end ? b.epoch + 1 : b.epoch;
-      ck.pipeline_step = epoch_end ? 0 : b.step + 1;
-      CHECK(cohort_optimizer_save_checkpoint(t->opt, checkpoint_dir, &ck), "saving a checkpoint");
-    }
-  }
-  (void)last_epoch;
-  (void)last_pos_step;
-  clear_live(t);
-  CHECK(cohort_metrics_summary(t->metrics, &rates), "cohort_metrics_summary");
-
-  /* The final loss, averaged over ranks. */
-  double mean_loss = loss;
-  {
-    int64_t one = 1;
-    DLTensor x = {.data = &mean_loss, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &one};
-    cohort_allreduce_options_t ao = {.struct_size = sizeof ao};
-    cohort_allreduce_options_default(&ao);
-    ao.op = COHORT_REDUCE_AVERAGE;
-    CHECK(cohort_allreduce(t->rt, "trainer/final_loss", &x, &x, &ao), "averaging the loss");
-  }
-  cohort_eval_result_t ev = {.struct_size = sizeof ev};
-  if (want_eval) CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
-
-  if (t->rank == 0) {
-    printf("----------------------------------------------------------------\n");
-    printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
-    printf("total images/sec: %.2f\n", rates.mean);
-    printf("----------------------------------------------------------------\n");
-    if (want_eval)
-      printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,
-             (long long)ev.samples, ev.loss);
-    if (get_bool(t->cfg, "json")) {
-      cohort_run_summary_t rs = {.struct_size = sizeof rs};
-      rs.model = model_name;
-      rs.ranks = t->size;
-      rs.local_ranks = t->local_size;
-      rs.device = device;
-      rs.precision = precision;
-      rs.data = data_dir[0] ? data_dir : "synthetic";
-      rs.batch_per_rank = batch;
-      rs.global_batch = batch * t->size;
-      rs.steps = step;
-      rs.warmup_steps = warmup;
-      rs.images_per_sec = rates;
-      rs.epochs = spe > 0 ? (double)step / (double)spe : 0;
-      rs.loss = mean_loss;
-      rs.has_top1 = want_eval;
-      rs.top1 = ev.top1;
-      rs.top5 = ev.top5;
-      rs.wall_s = now_s() - wall_start;
-      size_t needed = 0;
-      cohort_run_summary_json(&rs, NULL, 0, &needed);
-      char* line = malloc(needed);
-      if (line && cohort_run_summary_json(&rs, line, needed, NULL) == COHORT_OK) printf("%s\n", line);
-      free(line);
-    }
+/* The progress line every display_every steps (and a live one on a terminal). */
+static int show_progress(const trainer_t* t, const plan_t* plan, const progress_t* p, double rate) {
+  if (p->step % t->set.display_every == 0 || p->step == plan->total) {
+    cohort_rate_summary_t rates = {.struct_size = sizeof rates};
+    CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
+    print_rate_line(t, p->step, rate, &rates, p->loss);
+  } else if (t->tty) {
+    printf("\r\033[Kstep %lld/%lld  %.1f images/sec  loss %.3f", (long long)p->step, (long long)plan->total, rate,
+           p->loss);
     fflush(stdout);
   }
   return 0;
 }
+
+/* One batch: read it, train on it, measure it, report it, and checkpoint at the end of
+ * an epoch and of the run. */
+static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
+  const double t0 = now_s();
+  cohort_batch_t b = {.struct_size = sizeof b};
+  CHECK(cohort_pipeline_next(t->train, &b), "reading a batch");
+  const double t1 = now_s();
+  cohort_train_stats_t st = {.struct_size = sizeof st};
+  CHECK(cohort_optimizer_train_step(t->opt, &b, &st), "training step");
+  const double secs = now_s() - t0;
+  const double images = (double)(b.valid * t->size);
+  ++p->step;
+  p->loss = st.loss;
+  CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, images), "recording the step");
+  if (p->step == plan->warmup && t->rank == 0) {
+    clear_live(t);
+    printf("Done warm up\nStep\tImg/sec\ttotal_loss\n");
+    fflush(stdout);
+  }
+  if (show_progress(t, plan, p, images / secs)) return 1;
+  const int epoch_end = plan->steps_per_epoch > 0 && b.step == plan->steps_per_epoch - 1;
+  if (epoch_end) ++p->epochs_done;
+  if (t->set.checkpoint_dir[0] && st.updated && (epoch_end || p->step == plan->total))
+    return save_checkpoint(t, &b, epoch_end, p->epochs_done);
+  return 0;
+}
+
+static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
+  if (t->rank == 0 && plan->warmup > 0 && p->step < plan->warmup) {
+    printf("Running warm up\n");
+    fflush(stdout);
+  }
+  while (p->step < plan->total)
+    if (train_one_step(t, plan, p)) return 1;
+  clear_live(t);
+  return 0;
+}
+
+/* The loss of the last step, averaged over ranks. */
+static int mean_loss(const trainer_t* t, double* loss) {
+  int64_t one = 1;
+  DLTensor x = {.data = loss, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &one};
+  cohort_allreduce_options_t ao;
+  cohort_allreduce_options_default(&ao);
+  ao.op = COHORT_REDUCE_AVERAGE;
+  CHECK(cohort_allreduce(t->rt, "trainer/final_loss", &x, NULL, &ao), "averaging the loss");
+  return 0;
+}
+
+static void print_json_summary(const trainer_t* t, const plan_t* plan, const progress_t* p,
+                               const cohort_rate_summary_t* rates, double loss, const cohort_eval_result_t* ev) {
+  char device[32] = "cpu";
+  cohort_runtime_device(t->rt, device, sizeof device, NULL);
+  cohort_run_summary_t rs = {.struct_size = sizeof rs};
+  rs.model = t->set.model;
+  rs.ranks = t->size;
+  rs.local_ranks = t->local_size;
+  rs.device = device;
+  rs.precision = t->set.precision;
+  rs.data = t->set.data_dir[0] ? t->set.data_dir : "synthetic";
+  rs.batch_per_rank = t->set.batch_size;
+  rs.global_batch = t->set.batch_size * t->size;
+  rs.steps = p->step;
+  rs.warmup_steps = plan->warmup;
+  rs.images_per_sec = *rates;
+  rs.epochs = plan->steps_per_epoch > 0 ? (double)p->step / (double)plan->steps_per_epoch : 0;
+  rs.loss = loss;
+  rs.has_top1 = t->set.eval;
+  rs.top1 = ev->top1;
+  rs.top5 = ev->top5;
+  rs.wall_s = now_s() - t->wall_start;
+  size_t needed = 0;
+  cohort_run_summary_json(&rs, NULL, 0, &needed);
+  char* line = malloc(needed);
+  if (line && cohort_run_summary_json(&rs, line, needed, NULL) == COHORT_OK) printf("%s\n", line);
+  free(line);
+}
+
+/* The final rates, the evaluation (--eval) and the run summary (--json). */
+static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
+  cohort_rate_summary_t rates = {.struct_size = sizeof rates};
+  CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
+  double loss = p->loss;
+  if (mean_loss(t, &loss)) return 1;
+  cohort_eval_result_t ev = {.struct_size = sizeof ev};
+  if (t->set.eval) CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
+  if (t->rank != 0) return 0;
+  printf("----------------------------------------------------------------\n");
+  printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
+  printf("total images/sec: %.2f\n", rates.mean);
+  printf("----------------------------------------------------------------\n");
+  if (t->set.eval)
+    printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,
+           (long long)ev.samples, ev.loss);
+  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev);
+  fflush(stdout);
+  return 0;
+}
+
+static int run(trainer_t* t, int argc, char** argv) {
+  t->wall_start = now_s();
+  read_settings(t->cfg, &t->set);
+  if (start_runtime(t) || build_model(t)) return 1;
+  if (t->set.summary_only) return print_model_summary(t);
+  CHECK(cohort_optimizer_create(t->model, t->cfg, &t->opt), "setting up the optimizer");
+  plan_t plan = {0};
+  if (open_pipelines(t) || plan_run(t, &plan)) return 1;
+  print_header(t, &plan, argc, argv);
+  progress_t progress = {0};
+  const int rc = restore_or_start(t, &progress);
+  if (rc) return rc;
+  if (train(t, &plan, &progress)) return 1;
+  return report(t, &plan, &progress);
+}
+
+/* ---------------------------------------------------------------- main */
 
 /* The trainer's recipe where the library's defaults suit a caller that may not know the
  * run's length: --lr is meant for 256 images and scales with the global batch, and it
@@ -392,6 +472,18 @@ static void usage(void) {
   printf(" (--lr is for --base_batch_size images).\n\n%s", cohort_option_help(NULL));
 }
 
+/* Destroys in the reverse order of creation; the runtime, the one collective destroy,
+ * last, so every rank reaches it. */
+static void destroy(trainer_t* t) {
+  cohort_metrics_destroy(t->metrics);
+  cohort_pipeline_destroy(t->eval);
+  cohort_pipeline_destroy(t->train);
+  cohort_optimizer_destroy(t->opt);
+  cohort_model_destroy(t->model);
+  cohort_runtime_destroy(t->rt);
+  cohort_config_destroy(t->cfg);
+}
+
 int main(int argc, char** argv) {
   trainer_t t = {0};
   t.rank = -1;
@@ -415,19 +507,7 @@ int main(int argc, char** argv) {
   } else {
     rc = run(&t, argc, argv);
   }
-  cohort_metrics_destroy(t.metrics);
-  cohort_pipeline_destroy(t.eval);
-  cohort_pipeline_destroy(t.train);
-  cohort_optimizer_destroy(t.opt);
-  cohort_model_destroy(t.model);
-  cohort_runtime_destroy(t.rt);
-  cohort_config_destroy(t.cfg);
-  free(t.model_name);
-  free(t.precision);
-  free(t.data_dir);
-  free(t.data_format);
-  free(t.progress);
-  free(t.checkpoint_dir);
+  destroy(&t);
   free(rest);
   return rc;
 }

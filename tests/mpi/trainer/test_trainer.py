@@ -1,7 +1,7 @@
 """cohort-train run for real: flags and error messages, the labs' header, the JSON run
 summary, plain progress output, checkpoint resume, and a cohortrun sweep over it.
 
-Usage: test_trainer.py GROUP (Flags, Run, Resume, Sweep, Fashion); the binaries come
+Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion); the binaries come
 from the environment (COHORT_TRAIN, COHORTRUN). Tiny models and few steps keep each
 group to a few seconds."""
 import json
@@ -123,6 +123,28 @@ def group_resume():
         check(rc != 0 and name in err, "a corrupt checkpoint is a clear error naming the file", err)
 
 
+def group_save_failure():
+    # Rank 0 cannot create its checkpoint directory (a path through a regular file): the
+    # save is agreed, so both ranks stop with rank 0's error, said once, instead of rank 1
+    # waiting forever in its next step.
+    if not COHORTRUN:
+        print("SKIP: no cohortrun")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as d:
+        open(f"{d}/F", "w").close()
+        try:
+            rc, out, err = run(["-np", "2", "--", TRAIN, "--model=mnist_cnn", "--num_iter=20",
+                                f"--checkpoint_dir={d}/F/ck", "--compute_threads=1", "--progress=plain"],
+                               cmd=[COHORTRUN], timeout=90)
+        except subprocess.TimeoutExpired:
+            check(False, "a failed checkpoint save ends the job instead of hanging")
+            return
+        check(rc != 0, "a failed checkpoint save fails the job", out + err)
+        said = [l for l in err.split("\n") if "Not a directory" in l]
+        check(len(said) == 1 and "rank 0 could not save a checkpoint" in said[0],
+              "rank 0's error is said once, for every rank", err)
+
+
 def group_sweep():
     with tempfile.TemporaryDirectory() as d:
         rc, out, err = run(["sweep", "-np", "1,2", "--output-dir", d, "--", TRAIN] + TINY +
@@ -145,8 +167,8 @@ def group_fashion():
     check("Num images:  60000" in out and s["data"] == data, "the IDX training split is read", out)
 
 
-groups = {"Flags": group_flags, "Run": group_run, "Resume": group_resume, "Sweep": group_sweep,
-          "Fashion": group_fashion}
+groups = {"Flags": group_flags, "Run": group_run, "Resume": group_resume, "SaveFailure": group_save_failure,
+          "Sweep": group_sweep, "Fashion": group_fashion}
 groups[sys.argv[1]]()
 print("FAILED:" if failures else "OK", *failures, sep="\n  ")
 sys.exit(1 if failures else 0)
