@@ -23,6 +23,30 @@ cmake -S cm -B cm/build -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build cm/build >/dev/null
 cm/build/consumer
 
+echo "== installed programs start from the prefix (RUNPATH \$ORIGIN/../lib)"
+# Outputs are captured first: with pipefail, grep -q closing a pipe early fails it.
+for prog in cohort-train cohort-data cohortrun cohort-options cohort-hello allreduce_perf; do
+  exe="$prefix/bin/$prog"
+  test -x "$exe" || { echo "$prog was not installed"; exit 1; }
+  dynamic=$(readelf -d "$exe")
+  grep -q 'RUNPATH.*\$ORIGIN/\.\./lib' <<<"$dynamic" || { echo "$prog has no RUNPATH \$ORIGIN/../lib"; exit 1; }
+  # The loader must find libcohort in the prefix, with no help from the environment.
+  libs=$(env -u LD_LIBRARY_PATH ldd "$exe")
+  grep -q "libcohort.so.0 => $prefix/" <<<"$libs" || { echo "$prog does not load $prefix's libcohort:"; echo "$libs"; exit 1; }
+done
+out=$(env -u LD_LIBRARY_PATH "$prefix/bin/cohort-train" --help)
+grep -q -- "--batch_size" <<<"$out"
+env -u LD_LIBRARY_PATH "$prefix/bin/cohort-data" --help >/dev/null 2>&1
+env -u LD_LIBRARY_PATH "$prefix/bin/cohortrun" --help >/dev/null
+out=$(env -u LD_LIBRARY_PATH "$prefix/bin/cohort-options")
+grep -q -- "--batch_size" <<<"$out"
+out=$(env -u LD_LIBRARY_PATH "$prefix/bin/cohort-hello" --device=cpu --threads_per_rank=1)
+grep -q "rank 0 of 1" <<<"$out"
+
+echo "== cohort.pc names DLPack"
+grep -q "dlpack" "$(pkg-config --variable=pcfiledir cohort)/cohort.pc"
+test -f "$(pkg-config --variable=dlpack_includedir cohort)/dlpack/dlpack.h"
+
 echo "== installed files"
 test -f "$prefix/include/cohort/cohort.h"
 test -f "$prefix/include/cohort/version.h"
