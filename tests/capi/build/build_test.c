@@ -46,6 +46,26 @@ static void older_smaller_struct_gets_its_prefix(void** state) {
   int untouched;
   memset(&untouched, 0xab, sizeof untouched);
   assert_memory_equal(&info.mpi_version, &untouched, sizeof untouched);
+  /* One field smaller than today's. */
+  memset(&info, 0xab, sizeof info);
+  info.struct_size = offsetof(cohort_build_info_t, gpu_note);
+  assert_int_equal(cohort_build_info(&info), COHORT_OK);
+  assert_true(info.gpu_count >= 0);
+  const char* note;
+  memset(&note, 0xab, sizeof note);
+  assert_memory_equal(&info.gpu_note, &note, sizeof note);
+  /* A GPU struct one field smaller passes the size check: only the index can be wrong. */
+  cohort_gpu_info_t gpu;
+  memset(&gpu, 0xab, sizeof gpu);
+  gpu.struct_size = offsetof(cohort_gpu_info_t, multiprocessors);
+  cohort_status_t s = cohort_build_gpu_info(0, &gpu);
+  if (s == COHORT_OK) {
+    int sms;
+    memset(&sms, 0xab, sizeof sms);
+    assert_memory_equal(&gpu.multiprocessors, &sms, sizeof sms);
+  } else {
+    assert_non_null(strstr(cohort_last_error(), "out of range"));
+  }
 }
 
 static void bad_arguments_are_errors(void** state) {

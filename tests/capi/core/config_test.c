@@ -234,6 +234,16 @@ static void describe_options(void** state) {
   assert_int_equal(cohort_option_describe("lr", &old), COHORT_OK);
   assert_string_equal(old.name, "lr");
   assert_int_equal(((unsigned char*)&old)[small], 0xAB);
+  /* One field smaller than today's: the last field is not written. */
+  memset(&old, 0xAB, sizeof old);
+  old.struct_size = offsetof(cohort_option_info_t, help);
+  assert_int_equal(cohort_option_describe("lr", &old), COHORT_OK);
+  assert_string_equal(old.group, "train");
+  assert_int_equal(((unsigned char*)&old)[offsetof(cohort_option_info_t, help)], 0xAB);
+  /* A size inside a field is refused. */
+  old.struct_size = offsetof(cohort_option_info_t, help) + 2;
+  assert_error(cohort_option_describe("lr", &old), COHORT_ERR_INVALID_ARGUMENT, "cohort_option_describe",
+               "not the size of any version of cohort_option_info_t");
   info.struct_size = 0;
   assert_error(cohort_option_describe("lr", &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_option_describe",
                "struct_size is 0");

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,21 @@ static void assert_error(cohort_status_t s, cohort_status_t expected, const char
   assert_int_equal(s, expected);
   const char* msg = cohort_last_error();
   if (strncmp(msg, fn, strlen(fn)) != 0 || !strstr(msg, fragment)) fail_msg("unexpected error text: %s", msg);
+}
+
+/* The device text and the info struct say the same: "cpu" with device_id -1, or
+ * "cuda:N" with device_id N, one of the GPUs the process sees. */
+static void assert_device_consistent(const cohort_runtime_info_t* info, const char* device) {
+  if (info->device_type == COHORT_DEVICE_CPU) {
+    assert_string_equal(device, "cpu");
+    assert_int_equal(info->device_id, -1);
+    return;
+  }
+  assert_int_equal(info->device_type, COHORT_DEVICE_CUDA);
+  assert_true(info->device_id >= 0 && info->device_id < info->cuda_device_count);
+  char expect[32];
+  snprintf(expect, sizeof expect, "cuda:%d", info->device_id);
+  assert_string_equal(device, expect);
 }
 
 static void single_rank_without_mpirun(void** state) {
@@ -40,11 +56,10 @@ static void single_rank_without_mpirun(void** state) {
   assert_int_equal(rank, 0);
   assert_int_equal(size, 1);
   assert_int_equal(cohort_runtime_device(rt, device, sizeof device, &needed), COHORT_OK);
-  if (info.cuda_device_count == 0) {
-    assert_string_equal(device, "cpu");
-    assert_int_equal(info.device_type, COHORT_DEVICE_CPU);
-    assert_int_equal(info.device_id, -1);
-  }
+  assert_device_consistent(&info, device);
+  assert_true(info.cuda_device_count >= 0);
+  /* Without a GPU the device can only be the CPU. */
+  if (info.cuda_device_count == 0) assert_int_equal(info.device_type, COHORT_DEVICE_CPU);
   assert_int_equal(cohort_runtime_barrier(rt), COHORT_OK);
   cohort_runtime_destroy(rt);
   cohort_runtime_destroy(NULL);
@@ -109,6 +124,15 @@ static void info_and_query_errors(void** state) {
   assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
   assert_int_equal(info.size, 1);
   assert_int_equal(info.local_rank, -77);
+  /* One field smaller than today's: the last field is not written. */
+  info.struct_size = offsetof(cohort_runtime_info_t, mpi_thread_level);
+  info.mpi_thread_level = -5;
+  assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
+  assert_int_equal(info.mpi_thread_level, -5);
+  info.struct_size = sizeof(size_t);
+  assert_error(cohort_runtime_info(rt, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_info",
+               "not the size of any version of cohort_runtime_info_t");
+  info.struct_size = sizeof info;
   assert_error(cohort_runtime_rank(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_rank", "rank is NULL");
   assert_error(cohort_runtime_rank(NULL, &v), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_rank", "runtime is NULL");
   assert_error(cohort_runtime_size(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_size", "size is NULL");
@@ -144,6 +168,16 @@ static void bad_settings_fail_creation(void** state) {
   if (info.cuda_device_count == 0) {
     assert_error(cohort_runtime_create(cfg, &rt), COHORT_ERR_UNSUPPORTED, "cohort_runtime_create",
                  "use --device=cpu or --device=auto");
+  } else {
+    /* With a GPU, device=cuda gives this single rank GPU 0. */
+    char device[32];
+    assert_int_equal(cohort_runtime_create(cfg, &rt), COHORT_OK);
+    assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
+    assert_int_equal(cohort_runtime_device(rt, device, sizeof device, NULL), COHORT_OK);
+    assert_int_equal(info.device_type, COHORT_DEVICE_CUDA);
+    assert_int_equal(info.device_id, 0);
+    assert_device_consistent(&info, device);
+    cohort_runtime_destroy(rt);
   }
   cohort_config_destroy(cfg);
 }

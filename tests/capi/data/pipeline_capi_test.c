@@ -206,14 +206,43 @@ static void struct_size_is_checked(void** state) {
   assert_true(contains(cohort_last_error(), "struct_size"));
   b.struct_size = sizeof b + 8;
   assert_int_equal(cohort_pipeline_next(p, &b), COHORT_ERR_INVALID_ARGUMENT);
+  /* No field at all, or a DLTensor cut in two: refused, and no batch is used up. */
+  b.struct_size = 8;
+  assert_int_equal(cohort_pipeline_next(p, &b), COHORT_ERR_INVALID_ARGUMENT);
+  assert_true(contains(cohort_last_error(), "batch->struct_size is 8, which is not the size of any version"));
+  b.struct_size = offsetof(cohort_batch_t, images) + sizeof(DLTensor) / 2;
+  assert_int_equal(cohort_pipeline_next(p, &b), COHORT_ERR_INVALID_ARGUMENT);
   /* An older, shorter struct is filled up to its size. */
   b.struct_size = offsetof(cohort_batch_t, valid_mask);
   assert_int_equal(cohort_pipeline_next(p, &b), COHORT_OK);
   assert_int_equal(b.images.shape[2], 8);
+  /* One field smaller than today's: `step` is not written... */
+  cohort_batch_t older;
+  INIT(older);
+  older.struct_size = offsetof(cohort_batch_t, step);
+  older.step = -3;
+  assert_int_equal(cohort_pipeline_next(p, &older), COHORT_OK);
+  assert_int_equal(older.step, -3);
+  /* ...and the refused calls used up nothing: this is the third batch (step 2). */
+  cohort_batch_t full;
+  INIT(full);
+  assert_int_equal(cohort_pipeline_next(p, &full), COHORT_OK);
+  assert_int_equal(full.step, 2);
   cohort_pipeline_info_t info;
   INIT(info);
   info.struct_size = 1;
   assert_int_equal(cohort_pipeline_info(p, &info), COHORT_ERR_INVALID_ARGUMENT);
+  INIT(info);
+  info.struct_size = offsetof(cohort_pipeline_info_t, prefetch_depth);
+  info.prefetch_depth = -1;
+  assert_int_equal(cohort_pipeline_info(p, &info), COHORT_OK);
+  assert_true(info.height == 8 && info.prefetch_depth == -1);
+  cohort_pipeline_stats_t stats;
+  INIT(stats);
+  stats.struct_size = offsetof(cohort_pipeline_stats_t, mean_decode_queue);
+  stats.mean_decode_queue = -1;
+  assert_int_equal(cohort_pipeline_stats(p, &stats), COHORT_OK);
+  assert_true(stats.batches == 3 && stats.mean_decode_queue == -1);
   cohort_pipeline_destroy(p);
   cohort_config_destroy(c);
 }
