@@ -57,7 +57,8 @@ static int create(const cohort_config_t* cfg, int rank, objects_t* o) {
   OK(cohort_optimizer_train_step(o->optimizer, &b, NULL)); /* the engine has run collectives */
   if (!OK(cohort_pipeline_create(o->runtime, cfg, &o->pipeline))) return 0;
   if (rank == 1) {
-    DLTensor t = {.data = g_lonely, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = g_lonely_shape};
+    DLTensor t = {
+        .data = g_lonely, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = g_lonely_shape};
     OK(cohort_allreduce_async(o->runtime, "only_rank_1", &t, NULL, NULL, &o->request));
   }
   return 1;
@@ -86,8 +87,7 @@ static void check_after_runtime(const objects_t* o, const char* order) {
     int done = 0;
     CHECK(cohort_request_test(o->request, &done) == COHORT_OK && done == 1,
           "order %s: the pending request is complete (cancelled) once the runtime is destroyed", order);
-    CHECK(cohort_request_wait(o->request) == COHORT_ERR_CANCELLED, "order %s: the pending request is cancelled",
-          order);
+    CHECK(cohort_request_wait(o->request) == COHORT_ERR_CANCELLED, "order %s: the pending request is cancelled", order);
   }
 }
 
@@ -134,9 +134,9 @@ static void permutation(int k, int out[kObjects]) {
 int main(void) {
   cohort_config_t* cfg = NULL;
   MUST(cohort_config_create(&cfg));
-  const char* settings[][2] = {{"device", "cpu"},        {"optimizer", "sgd"},         {"compute_threads", "1"},
-                               {"batch_size", "2"},      {"image_size", "4"},          {"synthetic_samples", "8"},
-                               {"log_level", "error"},   {"request_destroy_wait_s", "0.05"}};
+  const char* settings[][2] = {
+      {"device", "cpu"},   {"optimizer", "sgd"},       {"compute_threads", "1"}, {"batch_size", "2"},
+      {"image_size", "4"}, {"synthetic_samples", "8"}, {"log_level", "error"},   {"request_destroy_wait_s", "0.05"}};
   for (size_t i = 0; i < sizeof settings / sizeof settings[0]; ++i)
     MUST(cohort_config_set(cfg, settings[i][0], settings[i][1]));
   int rank = 0;
