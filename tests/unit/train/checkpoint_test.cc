@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "support/temp_dir.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "core/crc32c.h"
@@ -25,23 +26,7 @@ namespace cohort {
 namespace {
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "cohort-ckpt-XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    if (p == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 Tensor f32(Shape shape, float start) {
   Tensor t = Tensor::empty(shape, DType::kF32);

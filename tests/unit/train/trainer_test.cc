@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "support/temp_dir.h"
 #include "runtime/runtime.h"
 #include "thread_collectives.h"
 #include "train/agreement.h"
@@ -29,22 +30,7 @@ namespace fs = std::filesystem;
 using testing::run_ranks;
 using testing::ThreadCollectives;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "cohort-trainer-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing::TempDir;
 
 // One runtime for the whole binary (a single rank, no mpirun).
 std::shared_ptr<Runtime> runtime() {
