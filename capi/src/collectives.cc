@@ -150,9 +150,22 @@ comm::TensorEntry alltoall_entry(cohort_runtime_t* runtime, const char* name, co
   return e;
 }
 
-// The deprecated alltoall's split count: it assumed one per rank.
-size_t ranks_of(cohort_runtime_t* runtime, const int64_t* splits) {
-  return splits ? static_cast<size_t>(runtime->runtime->size()) : 0;
+// The blocking alltoall: the result tensor and, when asked for, the rows from each rank.
+void alltoall(cohort_runtime_t* runtime, const char* name, const DLTensor* input, const int64_t* splits,
+              size_t num_splits, DLManagedTensor** result, int64_t* recv_splits, size_t num_recv_splits) {
+  need(result, "result");
+  *result = nullptr;
+  comm::Engine& engine = engine_of(runtime);
+  const size_t ranks = static_cast<size_t>(runtime->runtime->size());
+  require(!recv_splits || num_recv_splits >= ranks, "num_recv_splits is ", num_recv_splits,
+          " but recv_splits needs room for one count per rank (", ranks, ")");
+  auto req = engine.submit(alltoall_entry(runtime, name, input, splits, num_splits));
+  wait_ok(*req);
+  if (recv_splits) {
+    std::vector<int64_t> r = req->recv_splits();
+    std::copy(r.begin(), r.end(), recv_splits);
+  }
+  *result = output_of(*req);
 }
 }  // namespace
 
@@ -273,18 +286,7 @@ COHORT_API cohort_status_t cohort_alltoallv(cohort_runtime_t* runtime, const cha
                                             const int64_t* send_splits, size_t num_send_splits,
                                             DLManagedTensor** result, int64_t* recv_splits, size_t num_recv_splits) {
   return guard("cohort_alltoallv", [&] {
-    need(result, "result");
-    *result = nullptr;
-    comm::Engine& engine = engine_of(runtime);
-    require(!recv_splits || num_recv_splits >= static_cast<size_t>(runtime->runtime->size()), "num_recv_splits is ",
-            num_recv_splits, " but recv_splits needs room for one count per rank (", runtime->runtime->size(), ")");
-    auto req = engine.submit(alltoall_entry(runtime, name, input, send_splits, num_send_splits));
-    wait_ok(*req);
-    if (recv_splits) {
-      std::vector<int64_t> r = req->recv_splits();
-      std::copy(r.begin(), r.end(), recv_splits);
-    }
-    *result = output_of(*req);
+    alltoall(runtime, name, input, send_splits, num_send_splits, result, recv_splits, num_recv_splits);
   });
 }
 
@@ -294,7 +296,8 @@ COHORT_API cohort_status_t cohort_alltoall_async(cohort_runtime_t* runtime, cons
     need(out, "out");
     *out = nullptr;
     comm::Engine& engine = engine_of(runtime);
-    hand_out(runtime, engine.submit(alltoall_entry(runtime, name, input, splits, ranks_of(runtime, splits))),
+    const size_t ranks = static_cast<size_t>(runtime->runtime->size());
+    hand_out(runtime, engine.submit(alltoall_entry(runtime, name, input, splits, splits ? ranks : 0)),
              what_of("alltoall", name), out);
   });
 }
@@ -302,16 +305,8 @@ COHORT_API cohort_status_t cohort_alltoall_async(cohort_runtime_t* runtime, cons
 COHORT_API cohort_status_t cohort_alltoall(cohort_runtime_t* runtime, const char* name, const DLTensor* input,
                                            const int64_t* splits, DLManagedTensor** result, int64_t* recv_splits) {
   return guard("cohort_alltoall", [&] {
-    need(result, "result");
-    *result = nullptr;
-    comm::Engine& engine = engine_of(runtime);
-    auto req = engine.submit(alltoall_entry(runtime, name, input, splits, ranks_of(runtime, splits)));
-    wait_ok(*req);
-    if (recv_splits) {
-      std::vector<int64_t> r = req->recv_splits();
-      std::copy(r.begin(), r.end(), recv_splits);
-    }
-    *result = output_of(*req);
+    const size_t ranks = runtime ? static_cast<size_t>(runtime->runtime->size()) : 0;
+    alltoall(runtime, name, input, splits, splits ? ranks : 0, result, recv_splits, ranks);
   });
 }
 
