@@ -88,6 +88,9 @@ typedef struct cohort_pipeline_stats_t {
   double wait_fraction;      /**< wait_s / elapsed_s: above ~0.05 the step is input-bound. */
   double mean_ready_batches; /**< Batches already prepared when the caller asked (queue occupancy). */
   double mean_decode_queue;  /**< Samples waiting for a decode thread at those times. */
+  int64_t skipped; /**< Bad samples left out of the batches returned so far (`on_error=skip`); unlike `errors`,
+                        samples of prefetched batches do not count. Last field: a smaller, older struct_size
+                        leaves it out. */
 } cohort_pipeline_stats_t;
 
 /**

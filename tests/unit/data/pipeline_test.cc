@@ -183,14 +183,16 @@ std::string corrupt_shard(const TempDir& dir) {
 TEST(Pipeline, SkipPolicyCountsBadSamplesAndKeepsValidOnesFirst) {
   TempDir dir;
   corrupt_shard(dir);
-  auto o = options({{"data_dir", dir.path.c_str()}, {"batch_size", "9"}, {"image_size", "16"}});
+  auto o = options(
+      {{"data_dir", dir.path.c_str()}, {"batch_size", "9"}, {"image_size", "16"}, {"max_skipped_fraction", "0.5"}});
   Pipeline p(o, open_source(o.source));
   const BatchView& b = p.next();
   EXPECT_EQ(b.valid, 6);
   std::set<int32_t> labels(b.labels.data_as<int32_t>(), b.labels.data_as<int32_t>() + 6);
   EXPECT_EQ(labels, (std::set<int32_t>{0, 1, 2, 3, 4, 5}));
   for (int i = 0; i < 9; ++i) EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], i < 6 ? 1 : 0);
-  EXPECT_GE(p.stats().errors, 3);  // batches prefetched beyond this one may add more
+  EXPECT_GE(p.stats().errors, 3);   // batches prefetched beyond this one may add more
+  EXPECT_EQ(p.stats().skipped, 3);  // only the batches delivered
 }
 
 TEST(Pipeline, FailPolicyStopsWithTheRecordInTheMessage) {
