@@ -194,6 +194,12 @@ struct JpegDecoder::Impl {
       jpeg_abort_decompress(&cinfo);
       return -1;
     }
+    // A fresh libjpeg object per image: libjpeg keeps quantization and Huffman tables
+    // across images (for abbreviated streams), so a file lacking one would otherwise be
+    // decoded with whatever an earlier file left. Costs well under a microsecond.
+    jpeg_destroy_decompress(&cinfo);
+    jpeg_create_decompress(&cinfo);
+    if (apply_exif) jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xFFFF);
     jpeg_mem_src(&cinfo, jpeg.data(), static_cast<unsigned long>(jpeg.size()));
     jpeg_read_header(&cinfo, TRUE);
     h->width = static_cast<int>(cinfo.image_width);
@@ -275,7 +281,6 @@ JpegDecoder::JpegDecoder(JpegDct dct, uint64_t max_pixels, bool apply_exif) : im
   impl_->err.pub.error_exit = on_error_exit;
   impl_->err.pub.emit_message = on_emit_message;
   jpeg_create_decompress(&impl_->cinfo);
-  if (apply_exif) jpeg_save_markers(&impl_->cinfo, JPEG_APP0 + 1, 0xFFFF);
 }
 
 JpegDecoder::~JpegDecoder() { jpeg_destroy_decompress(&impl_->cinfo); }

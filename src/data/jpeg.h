@@ -6,7 +6,8 @@
 // about corrupt or truncated data, longjmp back here and become kJpeg Errors; warnings
 // about metadata only (an unknown JFIF revision or Adobe transform code) are kept for
 // warnings(). With verify, a decode reads the whole entropy-coded data to the EOI
-// marker, so its verdict on a file does not depend on the crop window.
+// marker, so its verdict on a file does not depend on the crop window; and every image
+// is read with fresh tables, so it does not depend on the files decoded before either.
 #pragma once
 
 #include <cstdint>
