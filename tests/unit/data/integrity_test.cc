@@ -313,7 +313,7 @@ TEST(JpegVerdict, AFileTruncatedAt95PercentIsRejectedAtEveryOutputSizeAndCrop) {
       for (auto [x, y, w, h] : {std::tuple{0, 0, 200, 30}, std::tuple{50, 40, 60, 60}, std::tuple{0, 0, 200, 150},
                                 std::tuple{100, 120, 100, 30}, std::tuple{0, 0, 25, 25}}) {
         SCOPED_TRACE(::testing::Message() << "progressive " << progressive << " out " << out << " crop " << x << ","
-                                        << y << " " << w << "x" << h);
+                                          << y << " " << w << "x" << h);
         Code code = Code::kOk;
         error_of([&] { dec.decode_window(jpeg, x, y, w, h, out, out, true); }, &code);
         EXPECT_EQ(code, Code::kJpeg);
@@ -335,7 +335,8 @@ TEST(JpegVerdict, AFileTruncatedAt95PercentIsRejectedAtEveryOutputSizeAndCrop) {
 
 TEST(JpegVerdict, ThePipelineSkipsADamagedFileInEveryEpochWhateverItsCrops) {
   TempDir dir;
-  for (int i = 0; i < 6; ++i) testing::put_image(dir.path, "a", std::to_string(i) + ".jpg", testing::rgb_jpeg(96, 96, i));
+  for (int i = 0; i < 6; ++i)
+    testing::put_image(dir.path, "a", std::to_string(i) + ".jpg", testing::rgb_jpeg(96, 96, i));
   testing::put_image(dir.path, "a", "flipped.jpg", flipped_bit_jpeg());
   auto cut = testing::rgb_jpeg(96, 96, 9);
   cut.resize(cut.size() * 95 / 100);
