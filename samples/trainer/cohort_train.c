@@ -165,6 +165,21 @@ static void print_rate_line(const trainer_t* t, int64_t step, double rate, const
   fflush(stdout);
 }
 
+/* Bad samples the training pipeline left out under on_error=skip, and the samples it read,
+ * summed over ranks (collective). The pipeline itself fails a run that skips more than
+ * max_skipped_fraction; this is the count the run reports. */
+static int count_skipped(trainer_t* t, int64_t* skipped, int64_t* read) {
+  cohort_pipeline_stats_t ps = {.struct_size = sizeof ps};
+  CHECK(cohort_pipeline_stats(t->train, &ps), "cohort_pipeline_stats");
+  double n[2] = {(double)ps.skipped, (double)(ps.images + ps.skipped)};
+  int64_t two = 2;
+  DLTensor x = {.data = n, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &two};
+  CHECK(cohort_allreduce(t->rt, "trainer/skipped", &x, &x, NULL), "counting skipped samples");
+  *skipped = (int64_t)n[0];
+  *read = (int64_t)n[1];
+  return 0;
+}
+
 static int run(trainer_t* t, int argc, char** argv) {
   const double wall_start = now_s();
   cohort_runtime_info_t info = {.struct_size = sizeof info};
@@ -326,6 +341,8 @@ static int run(trainer_t* t, int argc, char** argv) {
     ao.op = COHORT_REDUCE_AVERAGE;
     CHECK(cohort_allreduce(t->rt, "trainer/final_loss", &x, &x, &ao), "averaging the loss");
   }
+  int64_t skipped = 0, read = 0;
+  if (count_skipped(t, &skipped, &read)) return 1;
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
   if (want_eval) CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
 
@@ -334,6 +351,7 @@ static int run(trainer_t* t, int argc, char** argv) {
     printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
     printf("total images/sec: %.2f\n", rates.mean);
     printf("----------------------------------------------------------------\n");
+    printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);
     if (want_eval)
       printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,
              (long long)ev.samples, ev.loss);
@@ -356,6 +374,9 @@ static int run(trainer_t* t, int argc, char** argv) {
       rs.top1 = ev.top1;
       rs.top5 = ev.top5;
       rs.wall_s = now_s() - wall_start;
+      char extra[48];
+      snprintf(extra, sizeof extra, "\"skipped\": %lld", (long long)skipped);
+      rs.extra_json = extra;
       size_t needed = 0;
       cohort_run_summary_json(&rs, NULL, 0, &needed);
       char* line = malloc(needed);
