@@ -293,7 +293,8 @@ class FolderSource : public Source {
            "); every sub-folder is a class and ", layout, ": move the others out");
     }
     if (!ignored.empty())
-      COHORT_LOG_INFO("data_dir '", o.path, "': ignoring ", ignored.size(), " files that are not images, e.g. '",
+      COHORT_LOG_INFO("data_dir '", o.path, "': ignoring ", ignored.size(),
+                      ignored.size() == 1 ? " file that is not an image: '" : " files that are not images, e.g. '",
                       ignored.front(), "'");
     if (o.num_classes > 0 && static_cast<int64_t>(classes_.size()) + o.label_offset > o.num_classes)
       fail(Code::kInvalidArgument, "data_dir '", o.path, "' has ", classes_.size(), " classes but num_classes is ",
@@ -479,7 +480,7 @@ std::vector<std::string> split_shards(const std::vector<std::string>& paths, con
     if (named_by_split(base_name(p), mine)) ours.push_back(p);
     if (named_by_split(base_name(p), other)) ++theirs;
   }
-  if (!ours.empty() || paths.size() == 1) return ours.empty() ? paths : ours;
+  if (!ours.empty()) return ours;
   if (theirs > 0)
     fail(Code::kInvalidArgument, "data_dir '", o.path, "' has no ", mine, "-* shards for data_split=", o.split,
          " (it holds ", theirs, " ", other, "-* shards): name the shards of this split ", mine, "-*");
@@ -506,7 +507,8 @@ std::shared_ptr<Source> open_source(const SourceOptions& o) {
   if (kind == "folder") return std::make_shared<FolderSource>(o);
   if (kind == "tfrecord") {
     if (shards.empty()) shards = tfrecord_files(o);
-    return std::make_shared<TFRecordSource>(pattern ? shards : split_shards(shards, o), o);
+    // A pattern or a single file names exactly the shards to read.
+    return std::make_shared<TFRecordSource>(pattern || !is_directory(o.path) ? shards : split_shards(shards, o), o);
   }
   fail(Code::kInvalidArgument, "data_source '", kind, "' is not one of auto|tfrecord|folder|idx|synthetic");
 }
