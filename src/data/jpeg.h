@@ -1,8 +1,8 @@
 // JPEG decoding with libjpeg-turbo's libjpeg API: header probe, and decoding of only
 // the window a crop needs, at the smallest DCT scale (1/8, 1/4, 1/2, 1) that still covers
 // the output size. Handles grayscale (replicated to RGB), RGB/YCbCr, CMYK/YCCK (libjpeg
-// turns YCCK into CMYK; Adobe-inverted when an Adobe marker says so; then R = C*K/255
-// and so on, no ICC profile) and progressive files. libjpeg errors, and its warnings
+// turns YCCK into CMYK; with an Adobe marker the values are inverted and R = C*K/255,
+// else R = (255-C)(255-K)/255; no ICC profile) and progressive files. libjpeg errors, and its warnings
 // about corrupt or truncated data, longjmp back here and become kJpeg Errors; warnings
 // about metadata only (an unknown JFIF revision or Adobe transform code) are kept for
 // warnings(). With verify, a decode reads the whole entropy-coded data to the EOI

@@ -13,7 +13,9 @@
 
 #include <jpeglib.h>
 
+#include "core/status.h"
 #include "data/example.h"
+#include "data/jpeg.h"
 #include "data/tfrecord.h"
 
 namespace cohort::data::testing {
@@ -181,6 +183,28 @@ inline std::pair<size_t, size_t> entropy_span(const std::vector<uint8_t>& jpeg) 
     at += 2 + (static_cast<size_t>(jpeg[at + 2]) << 8 | jpeg[at + 3]);
   size_t start = at + 2 + (static_cast<size_t>(jpeg[at + 2]) << 8 | jpeg[at + 3]);
   return {start, jpeg.size() - 2};
+}
+
+// A baseline JPEG with one bit flipped in its entropy-coded data, which a full libjpeg
+// decode warns about but a decode of its top third never reaches.
+inline std::vector<uint8_t> flipped_bit_jpeg() {
+  auto good = rgb_jpeg(96, 96, 5);
+  auto [start, end] = entropy_span(good);
+  JpegDecoder dec;
+  for (size_t at = end - 4; at > start + (end - start) * 3 / 4; --at) {
+    if (good[at] == 0xFF || good[at - 1] == 0xFF) continue;  // leave markers and stuffing alone
+    for (int bit = 0; bit < 8; ++bit) {
+      auto bad = good;
+      bad[at] ^= static_cast<uint8_t>(1 << bit);
+      if (bad[at] == 0xFF || reference_warnings(bad) <= 0) continue;
+      try {
+        dec.decode_window(bad, 0, 0, 96, 32, 96, 32, false);
+        return bad;
+      } catch (const Error&) {
+      }
+    }
+  }
+  return {};
 }
 
 // DIR/CLASS/NAME with these bytes (the class folder made when missing).

@@ -249,30 +249,8 @@ TEST(Skipped, TheFractionFailsAsSoonAsTheEpochCannotStayWithinIt) {
 
 // ---- JPEG verdicts that do not depend on the crop ----
 
-// A baseline JPEG with one bit flipped in its entropy-coded data, which a full libjpeg
-// decode warns about but a decode of its top third never reaches.
-std::vector<uint8_t> flipped_bit_jpeg() {
-  auto good = testing::rgb_jpeg(96, 96, 5);
-  auto [start, end] = testing::entropy_span(good);
-  JpegDecoder dec;
-  for (size_t at = end - 4; at > start + (end - start) * 3 / 4; --at) {
-    if (good[at] == 0xFF || good[at - 1] == 0xFF) continue;  // leave markers and stuffing alone
-    for (int bit = 0; bit < 8; ++bit) {
-      auto bad = good;
-      bad[at] ^= static_cast<uint8_t>(1 << bit);
-      if (bad[at] == 0xFF || testing::reference_warnings(bad) <= 0) continue;
-      try {
-        dec.decode_window(bad, 0, 0, 96, 32, 96, 32, false);
-        return bad;
-      } catch (const Error&) {
-      }
-    }
-  }
-  return {};
-}
-
 TEST(JpegVerdict, AFlippedBitLibjpegWarnsAboutIsAnErrorWhateverTheCrop) {
-  auto bad = flipped_bit_jpeg();
+  auto bad = testing::flipped_bit_jpeg();
   ASSERT_FALSE(bad.empty()) << "no bit flip made libjpeg warn";
   JpegDecoder dec;
   // Decoding only the top third does not reach the damage...
@@ -337,7 +315,7 @@ TEST(JpegVerdict, ThePipelineSkipsADamagedFileInEveryEpochWhateverItsCrops) {
   TempDir dir;
   for (int i = 0; i < 6; ++i)
     testing::put_image(dir.path, "a", std::to_string(i) + ".jpg", testing::rgb_jpeg(96, 96, i));
-  testing::put_image(dir.path, "a", "flipped.jpg", flipped_bit_jpeg());
+  testing::put_image(dir.path, "a", "flipped.jpg", testing::flipped_bit_jpeg());
   auto cut = testing::rgb_jpeg(96, 96, 9);
   cut.resize(cut.size() * 95 / 100);
   testing::put_image(dir.path, "a", "truncated.jpg", cut);
