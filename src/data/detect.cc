@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cstring>
+#include <filesystem>
 
 #include "core/status.h"
 #include "data/file.h"
@@ -55,17 +56,21 @@ std::string name_list(const std::vector<std::string>& names, const std::string& 
   return out;
 }
 
-// The sub-folder holds at least one image (by name, or a JPEG by content).
+// The sub-folder holds at least one image (by name, or a JPEG by content among the
+// first few files). Stops at the first one: a class of ImageNet holds 1300.
 bool holds_images(const std::string& dir) {
   int sniffed = 0;
-  for (const auto& name : list_directory(dir)) {
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
     if (has_image_extension(name)) return true;
-    std::string p = join_path(dir, name);
-    if (sniffed < 8 && is_regular_file(p)) {
+    if (sniffed < 8 && is_regular_file(it->path().string())) {
       ++sniffed;
-      if (sniff_content(p) == Content::kJpeg) return true;
+      if (sniff_content(it->path().string()) == Content::kJpeg) return true;
     }
   }
+  if (ec) fail(Code::kIo, "cannot list directory '", dir, "': ", ec.message());
   return false;
 }
 
@@ -98,7 +103,7 @@ Found survey(const std::string& path) {
     } else if (c == Content::kJpeg || c == Content::kOtherImage) {
       f.images.push_back(name);
     } else {
-      f.other_files.push_back(cat("'", name, "' (", describe_content(p), ")"));
+      f.other_files.push_back(cat("'", name, "' (", describe(c), ")"));
     }
   }
   return f;
@@ -134,8 +139,10 @@ Content sniff_content(const std::string& path) {
   return Content::kUnknown;
 }
 
-std::string describe_content(const std::string& path) {
-  switch (sniff_content(path)) {
+std::string describe_content(const std::string& path) { return describe(sniff_content(path)); }
+
+std::string describe(Content content) {
+  switch (content) {
     case Content::kEmpty:
       return "an empty file";
     case Content::kTFRecord:

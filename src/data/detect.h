@@ -16,6 +16,7 @@ enum class Content { kEmpty, kTFRecord, kIdx, kJpeg, kOtherImage, kGzip, kText, 
 // Reads at most the first 64 bytes (a gzip file: the first bytes of its payload too).
 Content sniff_content(const std::string& path);
 // "a JPEG image", "a TFRecord shard", "text", ... for messages.
+std::string describe(Content content);
 std::string describe_content(const std::string& path);
 
 // The name ends in an image extension (.jpg, .jpeg, .png, ...; any case).

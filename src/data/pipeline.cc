@@ -583,23 +583,22 @@ void Pipeline::count_skipped(const Slot& slot, int64_t g, int64_t valid) {
   run_read_ += read;
   run_skipped_ += read - valid;
   epoch_valid_ += valid;
-  const int64_t epoch = g / steps;
-  const std::string hint = cat(first_skip_.empty() ? "" : cat("; the first: ", first_skip_),
-                               ". Check the data with 'cohort-data verify ", o_.source.path, "'");
-  std::string problem;
   const int64_t epoch_read = run_read_ - epoch_read_start_;
   const double bound = o_.max_skipped_fraction * static_cast<double>(epoch_read_start_ + epoch_samples_);
-  if (step == steps - 1 && epoch_valid_ == 0 && epoch_read > 0) {
-    problem = cat("epoch ", epoch, ": every one of the ", epoch_read,
-                  " samples this rank read was bad and skipped (on_error=skip), nothing to train on", hint);
-  } else if (static_cast<double>(run_skipped_) > bound) {
-    problem = cat("epoch ", epoch, ": ", run_skipped_, " of the ", run_read_,
-                  " samples read so far were bad and skipped (on_error=skip), more than max_skipped_fraction=",
-                  o_.max_skipped_fraction, " of the ", epoch_read_start_ + epoch_samples_,
-                  " this rank reads by the end of the epoch", hint, ", or raise max_skipped_fraction");
+  const bool nothing = step == steps - 1 && epoch_valid_ == 0 && epoch_read > 0;
+  if (!nothing && static_cast<double>(run_skipped_) <= bound) return;
+  const std::string hint = cat(first_skip_.empty() ? "" : cat("; the first: ", first_skip_), ". Check the data",
+                               o_.source.path.empty() ? "" : cat(" with 'cohort-data verify ", o_.source.path, "'"));
+  const int64_t epoch = g / steps;
+  if (nothing) {
+    fatal_ = cat("epoch ", epoch, ": every one of the ", epoch_read,
+                 " samples this rank read was bad and skipped (on_error=skip), nothing to train on", hint);
+  } else {
+    fatal_ = cat("epoch ", epoch, ": ", run_skipped_, " of the ", run_read_,
+                 " samples read so far were bad and skipped (on_error=skip), more than max_skipped_fraction=",
+                 o_.max_skipped_fraction, " of the ", epoch_read_start_ + epoch_samples_,
+                 " this rank reads by the end of the epoch", hint, ", or raise max_skipped_fraction");
   }
-  if (problem.empty()) return;
-  fatal_ = problem;
   fatal_code_ = Code::kCorruptData;
   throw Error(fatal_code_, fatal_);
 }

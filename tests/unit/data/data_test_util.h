@@ -156,14 +156,14 @@ inline int reference_warnings(const std::vector<uint8_t>& jpeg) {
     if (level < 0) c->err->num_warnings++;
   };
   jpeg_create_decompress(&d);
-  std::vector<uint8_t> row;
-  int result = -1;
+  // Sized for the widest JPEG before setjmp: nothing it owns changes across a longjmp.
+  std::vector<uint8_t> row(65535 * 3);
+  volatile int result = -1;
   if (setjmp(err.jump) == 0) {
     jpeg_mem_src(&d, jpeg.data(), jpeg.size());
     jpeg_read_header(&d, TRUE);
     d.out_color_space = JCS_RGB;
     jpeg_start_decompress(&d);
-    row.resize(static_cast<size_t>(d.output_width) * 3);
     while (d.output_scanline < d.output_height) {
       JSAMPROW r = row.data();
       jpeg_read_scanlines(&d, &r, 1);
