@@ -55,65 +55,31 @@ uint32_t load(const uint8_t* p, int n, bool little) {
 
 bool swaps_axes(int orientation) { return orientation >= 5; }
 
+// An EXIF orientation as the steps that take displayed coordinates to stored ones:
+// swap the axes, then mirror x and/or y.
+struct Turn {
+  bool swap, flip_x, flip_y;
+  explicit Turn(int o)
+      : swap(swaps_axes(o)),
+        flip_x(o == 2 || o == 3 || o == 7 || o == 8),
+        flip_y(o == 3 || o == 4 || o == 6 || o == 7) {}
+};
+
 // Edge coordinates (u, v) of the displayed image → (s, t) of the stored one, whose size
-// is W x H, for each EXIF orientation.
+// is W x H.
 void stored_edge(int o, double W, double H, double u, double v, double* s, double* t) {
-  switch (o) {
-    case 2:
-      *s = W - u, *t = v;
-      return;
-    case 3:
-      *s = W - u, *t = H - v;
-      return;
-    case 4:
-      *s = u, *t = H - v;
-      return;
-    case 5:
-      *s = v, *t = u;
-      return;
-    case 6:
-      *s = v, *t = H - u;
-      return;
-    case 7:
-      *s = W - v, *t = H - u;
-      return;
-    case 8:
-      *s = W - v, *t = u;
-      return;
-    default:
-      *s = u, *t = v;
-      return;
-  }
+  const Turn turn(o);
+  const double p = turn.swap ? v : u, q = turn.swap ? u : v;
+  *s = turn.flip_x ? W - p : p;
+  *t = turn.flip_y ? H - q : q;
 }
 
 // The inverse: stored (s, t) → displayed (u, v).
 void displayed_edge(int o, double W, double H, double s, double t, double* u, double* v) {
-  switch (o) {
-    case 2:
-      *u = W - s, *v = t;
-      return;
-    case 3:
-      *u = W - s, *v = H - t;
-      return;
-    case 4:
-      *u = s, *v = H - t;
-      return;
-    case 5:
-      *u = t, *v = s;
-      return;
-    case 6:
-      *u = H - t, *v = s;
-      return;
-    case 7:
-      *u = H - t, *v = W - s;
-      return;
-    case 8:
-      *u = t, *v = W - s;
-      return;
-    default:
-      *u = s, *v = t;
-      return;
-  }
+  const Turn turn(o);
+  const double p = turn.flip_x ? W - s : s, q = turn.flip_y ? H - t : t;
+  *u = turn.swap ? q : p;
+  *v = turn.swap ? p : q;
 }
 
 struct Rect {
