@@ -257,10 +257,10 @@ TEST(JpegVerdict, AFlippedBitLibjpegWarnsAboutIsAnErrorWhateverTheCrop) {
   EXPECT_NO_THROW(dec.decode_window(bad, 0, 0, 96, 32, 96, 32, false));
   // ...but a verifying decode reads on to the end, for any window and output size.
   for (int out : {8, 24, 96})
-    for (auto [y, h] : {std::pair{0, 32}, std::pair{32, 32}, std::pair{0, 96}}) {
+    for (Crop c : {Crop{0, 0, 96, 32}, Crop{0, 32, 96, 32}, Crop{0, 0, 96, 96}}) {
       Code code = Code::kOk;
-      std::string what = error_of([&] { dec.decode_window(bad, 0, y, 96, h, out, out, true); }, &code);
-      EXPECT_EQ(code, Code::kJpeg) << out << " " << y;
+      std::string what = error_of([&] { dec.decode_window(bad, c.x, c.y, c.w, c.h, out, out, true); }, &code);
+      EXPECT_EQ(code, Code::kJpeg) << out << " " << c.y;
       EXPECT_CONTAINS(what, "Corrupt JPEG data");
     }
   EXPECT_THROW(dec.decode_full(bad), Error);
@@ -288,15 +288,15 @@ TEST(JpegVerdict, AFileTruncatedAt95PercentIsRejectedAtEveryOutputSizeAndCrop) {
     JpegDecoder dec;
     int accepted_without_verify = 0;
     for (int out : {8, 16, 32, 64, 150})
-      for (auto [x, y, w, h] : {std::tuple{0, 0, 200, 30}, std::tuple{50, 40, 60, 60}, std::tuple{0, 0, 200, 150},
-                                std::tuple{100, 120, 100, 30}, std::tuple{0, 0, 25, 25}}) {
-        SCOPED_TRACE(::testing::Message() << "progressive " << progressive << " out " << out << " crop " << x << ","
-                                          << y << " " << w << "x" << h);
+      for (Crop c : {Crop{0, 0, 200, 30}, Crop{50, 40, 60, 60}, Crop{0, 0, 200, 150}, Crop{100, 120, 100, 30},
+                     Crop{0, 0, 25, 25}}) {
+        SCOPED_TRACE(::testing::Message() << "progressive " << progressive << " out " << out << " crop " << c.x << ","
+                                          << c.y << " " << c.w << "x" << c.h);
         Code code = Code::kOk;
-        error_of([&] { dec.decode_window(jpeg, x, y, w, h, out, out, true); }, &code);
+        error_of([&] { dec.decode_window(jpeg, c.x, c.y, c.w, c.h, out, out, true); }, &code);
         EXPECT_EQ(code, Code::kJpeg);
         try {
-          dec.decode_window(jpeg, x, y, w, h, out, out, false);
+          dec.decode_window(jpeg, c.x, c.y, c.w, c.h, out, out, false);
           ++accepted_without_verify;
         } catch (const Error&) {
         }
