@@ -186,6 +186,7 @@ COHORT_API cohort_status_t cohort_pipeline_stats(const cohort_pipeline_t* pipeli
     full.wait_fraction = s.wait_fraction;
     full.mean_ready_batches = s.mean_ready_batches;
     full.mean_decode_queue = s.mean_decode_queue;
+    full.skipped = s.skipped;
     capi::write_out(stats, full, "stats");
   });
 }

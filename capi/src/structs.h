@@ -96,7 +96,8 @@ COHORT_STRUCT_FIELDS(cohort_pipeline_stats_t, COHORT_FIELD(cohort_pipeline_stats
                      COHORT_FIELD(cohort_pipeline_stats_t, images_per_sec),
                      COHORT_FIELD(cohort_pipeline_stats_t, wait_fraction),
                      COHORT_FIELD(cohort_pipeline_stats_t, mean_ready_batches),
-                     COHORT_FIELD(cohort_pipeline_stats_t, mean_decode_queue));
+                     COHORT_FIELD(cohort_pipeline_stats_t, mean_decode_queue),
+                     COHORT_FIELD(cohort_pipeline_stats_t, skipped));
 COHORT_STRUCT_FIELDS(cohort_train_stats_t, COHORT_FIELD(cohort_train_stats_t, loss),
                      COHORT_FIELD(cohort_train_stats_t, lr), COHORT_FIELD(cohort_train_stats_t, images),
                      COHORT_FIELD(cohort_train_stats_t, valid), COHORT_FIELD(cohort_train_stats_t, step),

@@ -25,7 +25,7 @@ static int usage(const char* why) {
       stderr,
       "usage: cohort-data pack IMAGE_DIR OUT_DIR [--shards N]   pack class sub-folders into TFRecord shards + .idx\n"
       "       cohort-data inspect PATH [--limit N]              records, classes and image sizes of a dataset\n"
-      "       cohort-data verify PATH                           check every CRC and decode every image\n"
+      "       cohort-data verify PATH                           check every CRC and index, decode every image fully\n"
       "Options of the data group (cohort-options data) are accepted as --key=value.\n");
   return 2;
 }

@@ -379,8 +379,24 @@ static int mean_loss(const trainer_t* t, double* loss) {
   return 0;
 }
 
+/* Bad samples the training pipeline left out under on_error=skip, and the samples it read,
+ * summed over ranks (collective). The pipeline itself fails a run that skips more than
+ * max_skipped_fraction; this is the count the run reports. */
+static int count_skipped(const trainer_t* t, int64_t* skipped, int64_t* read) {
+  cohort_pipeline_stats_t ps = {.struct_size = sizeof ps};
+  CHECK(cohort_pipeline_stats(t->train, &ps), "reading the pipeline's statistics");
+  double n[2] = {(double)ps.skipped, (double)(ps.images + ps.skipped)};
+  int64_t two = 2;
+  DLTensor x = {.data = n, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &two};
+  CHECK(cohort_allreduce(t->rt, "trainer/skipped", &x, NULL, NULL), "counting skipped samples");
+  *skipped = (int64_t)n[0];
+  *read = (int64_t)n[1];
+  return 0;
+}
+
 static void print_json_summary(const trainer_t* t, const plan_t* plan, const progress_t* p,
-                               const cohort_rate_summary_t* rates, double loss, const cohort_eval_result_t* ev) {
+                               const cohort_rate_summary_t* rates, double loss, const cohort_eval_result_t* ev,
+                               int64_t skipped) {
   char device[32] = "cpu";
   cohort_runtime_device(t->rt, device, sizeof device, NULL);
   cohort_run_summary_t rs = {.struct_size = sizeof rs};
@@ -401,6 +417,9 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
   rs.top1 = ev->top1;
   rs.top5 = ev->top5;
   rs.wall_s = now_s() - t->wall_start;
+  char extra[48];
+  snprintf(extra, sizeof extra, "\"skipped\": %lld", (long long)skipped);
+  rs.extra_json = extra;
   size_t needed = 0;
   cohort_run_summary_json(&rs, NULL, 0, &needed);
   char* line = malloc(needed);
@@ -413,7 +432,8 @@ static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
   cohort_rate_summary_t rates = {.struct_size = sizeof rates};
   CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
   double loss = p->loss;
-  if (mean_loss(t, &loss)) return 1;
+  int64_t skipped = 0, read = 0;
+  if (mean_loss(t, &loss) || count_skipped(t, &skipped, &read)) return 1;
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
   if (t->set.eval) CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
   if (t->rank != 0) return 0;
@@ -421,10 +441,11 @@ static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
   printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
   printf("total images/sec: %.2f\n", rates.mean);
   printf("----------------------------------------------------------------\n");
+  printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);
   if (t->set.eval)
     printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,
            (long long)ev.samples, ev.loss);
-  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev);
+  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev, skipped);
   fflush(stdout);
   return 0;
 }

@@ -88,11 +88,26 @@ Crop eval_crop(int width, int height, const AugmentOptions& o) {
   return {(width - cw) / 2, (height - ch) / 2, cw, ch};
 }
 
+Crop pad_crop(int width, int height, const AugmentOptions& o, uint64_t seed, uint64_t stream) {
+  Rng rng(seed, stream);
+  // The padding in source pixels: crop_pad output pixels at the scale of the resize.
+  const int px = static_cast<int>(std::lround(static_cast<double>(o.crop_pad) * width / o.out_w));
+  const int py = static_cast<int>(std::lround(static_cast<double>(o.crop_pad) * height / o.out_h));
+  const int dx = static_cast<int>(rng.below(2 * px + 1)) - px, dy = static_cast<int>(rng.below(2 * py + 1)) - py;
+  return {dx, dy, width, height};
+}
+
 Draws draw_sample(int width, int height, const std::vector<BBox>& boxes, const AugmentOptions& o, int64_t epoch,
                   int64_t index, int batch_position) {
   Draws d;
-  d.crop = o.random_crop ? distorted_crop(width, height, boxes, o, o.seed, sample_stream(epoch, index, 1))
-                         : eval_crop(width, height, o);
+  if (o.random_crop) {
+    d.crop = distorted_crop(width, height, boxes, o, o.seed, sample_stream(epoch, index, 1));
+  } else if (o.crop_pad > 0) {
+    d.crop = pad_crop(width, height, o, o.seed, sample_stream(epoch, index, 1));
+    d.zeros_outside = true;
+  } else {
+    d.crop = eval_crop(width, height, o);
+  }
   Rng rng(o.seed, sample_stream(epoch, index, 2));
   d.flip_lr = rng.uniform() < o.flip_lr_prob;
   d.flip_ud = rng.uniform() < o.flip_ud_prob;
@@ -176,10 +191,18 @@ void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride,
   row_.resize(static_cast<size_t>(W) * C);
   // Half-pixel centres: output pixel i samples source crop_x + (i + 0.5) * crop_w / W - 0.5.
   const float sx = crop_w / W, sy = crop_h / H;
+  // Under pad-crop a sample more than half a pixel outside the image is black.
+  auto outside = [&](float f, int size) { return d.zeros_outside && (f < -0.5f || f > size - 0.5f); };
+  constexpr int kOut = -1;  // marks a column outside the image
   int lo = src_w, hi = 0;
   for (int i = 0; i < W; ++i) {
     int ox = d.flip_lr ? W - 1 - i : i;
     float fx = crop_x + (ox + 0.5f) * sx - 0.5f;
+    if (outside(fx, src_w)) {
+      x0_[static_cast<size_t>(i)] = x1_[static_cast<size_t>(i)] = kOut;
+      wx_[static_cast<size_t>(i)] = 0;
+      continue;
+    }
     fx = std::clamp(fx, 0.0f, static_cast<float>(src_w - 1));
     int x0 = static_cast<int>(fx), x1 = std::min(x0 + 1, src_w - 1);
     lo = std::min(lo, x0);
@@ -188,11 +211,17 @@ void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride,
     x0_[static_cast<size_t>(i)] = x0 * C;
     x1_[static_cast<size_t>(i)] = x1 * C;
   }
+  if (lo > hi) lo = hi = 0;
   // Vertical blend first over the source columns in use (contiguous, vectorises),
-  // then the horizontal taps from that one row.
+  // then the horizontal taps from that one row; C zeros after them serve the columns
+  // outside the image.
   const int span = (hi - lo + 1) * C;
-  row_a_.resize(static_cast<size_t>(span));
+  row_a_.assign(static_cast<size_t>(span + C), 0.0f);
   for (int i = 0; i < W; ++i) {
+    if (x0_[static_cast<size_t>(i)] == kOut) {
+      x0_[static_cast<size_t>(i)] = x1_[static_cast<size_t>(i)] = span;
+      continue;
+    }
     x0_[static_cast<size_t>(i)] -= lo * C;
     x1_[static_cast<size_t>(i)] -= lo * C;
   }
@@ -211,13 +240,17 @@ void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride,
   float* v = row_a_.data();
   for (int oy = 0; oy < H; ++oy) {
     float fy = crop_y + (oy + 0.5f) * sy - 0.5f;
-    fy = std::clamp(fy, 0.0f, static_cast<float>(src_h - 1));
-    int y0 = static_cast<int>(fy), y1 = std::min(y0 + 1, src_h - 1);
-    float wy = fy - static_cast<float>(y0);
-    const uint8_t* a = src + stride * static_cast<size_t>(y0) + static_cast<size_t>(lo) * C;
-    const uint8_t* b = src + stride * static_cast<size_t>(y1) + static_cast<size_t>(lo) * C;
-    for (int i = 0; i < span; ++i)
-      v[i] = static_cast<float>(a[i]) + (static_cast<float>(b[i]) - static_cast<float>(a[i])) * wy;
+    if (outside(fy, src_h)) {
+      std::fill_n(v, span, 0.0f);
+    } else {
+      fy = std::clamp(fy, 0.0f, static_cast<float>(src_h - 1));
+      int y0 = static_cast<int>(fy), y1 = std::min(y0 + 1, src_h - 1);
+      float wy = fy - static_cast<float>(y0);
+      const uint8_t* a = src + stride * static_cast<size_t>(y0) + static_cast<size_t>(lo) * C;
+      const uint8_t* b = src + stride * static_cast<size_t>(y1) + static_cast<size_t>(lo) * C;
+      for (int i = 0; i < span; ++i)
+        v[i] = static_cast<float>(a[i]) + (static_cast<float>(b[i]) - static_cast<float>(a[i])) * wy;
+    }
     int out_y = d.flip_ud ? H - 1 - oy : oy;
     if (fast_f32) {
       float* planes[C];

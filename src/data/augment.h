@@ -24,6 +24,9 @@ struct AugmentOptions {
   float contrast_min = 0.5f, contrast_max = 1.5f;
   float saturation_min = 0.5f, saturation_max = 1.5f;
   float hue_delta = 0.2f;
+  // !random_crop and > 0: pad-crop, the whole image shifted by up to crop_pad output
+  // pixels each way, zeros where it leaves the image (CIFAR's random crop with padding).
+  int crop_pad = 0;
   int eval_resize = 256;    // !random_crop: shorter side → this, then centre crop
   bool eval_whole = false;  // !random_crop: resize the whole image instead (raw sources)
   float mean[4] = {0.485f, 0.456f, 0.406f, 0.0f};
@@ -40,7 +43,8 @@ struct Crop {
 // Everything random about one sample, drawn from Philox keyed by (seed, epoch, index):
 // the same for any thread count.
 struct Draws {
-  Crop crop;
+  Crop crop;                   // may reach outside the image under pad-crop
+  bool zeros_outside = false;  // pad-crop: what lies outside the image is black, not its edge
   bool flip_lr = false, flip_ud = false;
   bool color = false;
   float brightness = 0, contrast = 1, saturation = 1, hue = 0;
@@ -53,6 +57,7 @@ struct Draws {
 Crop distorted_crop(int width, int height, const std::vector<BBox>& boxes, const AugmentOptions& o, uint64_t seed,
                     uint64_t stream);
 Crop eval_crop(int width, int height, const AugmentOptions& o);
+Crop pad_crop(int width, int height, const AugmentOptions& o, uint64_t seed, uint64_t stream);
 Draws draw_sample(int width, int height, const std::vector<BBox>& boxes, const AugmentOptions& o, int64_t epoch,
                   int64_t index, int batch_position);
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -71,6 +72,22 @@ void write_file(const std::string& path, const void* data, size_t n) {
     n -= static_cast<size_t>(put);
   }
   if (::close(fd) != 0) fail(Code::kIo, "cannot write '", path, "': ", std::strerror(errno));
+}
+
+void replace_file(const std::string& path, const void* data, size_t n) {
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = cat(path, ".tmp-", ::getpid(), "-", counter++);
+  try {
+    write_file(tmp, data, n);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    fail(Code::kIo, "cannot replace '", path, "': ", std::strerror(err));
+  }
 }
 
 bool is_directory(const std::string& path) {

@@ -68,24 +68,23 @@ PipelineOptions pipeline_options(const Config& c, int rank, int size, int thread
   o.source.scan_threads = std::max(o.reader_threads, o.decode_threads);
   o.image_size = static_cast<int>(c.get_int("image_size"));
 
+  o.max_skipped_fraction = c.get_float("max_skipped_fraction");
+  o.source.max_skipped_fraction = o.max_skipped_fraction;
+  o.source.rebuild_stale_index = c.get_string("stale_index") == "rebuild";
+  o.exif_apply = c.get_string("exif_orientation") == "apply";
+
   AugmentOptions& a = o.augment;
   a.seed = static_cast<uint64_t>(c.get_int("seed"));
   a.dtype = parse_dtype(c.get_string("image_dtype"));
   a.nhwc = c.get_string("data_format") == "NHWC";
-  // Presets as the labs define them: standard = distorted-bounding-box crop + colour
-  // distortion + left-right flip; complex = standard + up-down flip; simple = standard
-  // without the left-right flip; none = evaluation preprocessing. An option set
-  // explicitly (API, command line or environment) overrides its preset.
+  // The preset is applied when the pipeline knows its source and image size (auto
+  // depends on both); an option set explicitly (API, command line or environment)
+  // overrides it.
   o.preset = c.get_string("augment");
-  bool train = o.preset != "none";
-  a.random_crop = train;
-  a.color_jitter = train;
-  a.flip_lr_prob = (o.preset == "standard" || o.preset == "complex") ? 0.5f : 0.0f;
-  a.flip_ud_prob = o.preset == "complex" ? 0.5f : 0.0f;
-  if (is_set(c, "random_crop")) a.random_crop = c.get_bool("random_crop");
-  if (is_set(c, "color_jitter")) a.color_jitter = c.get_bool("color_jitter");
-  if (is_set(c, "flip_lr_prob")) a.flip_lr_prob = static_cast<float>(c.get_float("flip_lr_prob"));
-  if (is_set(c, "flip_ud_prob")) a.flip_ud_prob = static_cast<float>(c.get_float("flip_ud_prob"));
+  if (is_set(c, "random_crop")) o.overrides.random_crop = c.get_bool("random_crop");
+  if (is_set(c, "color_jitter")) o.overrides.color_jitter = c.get_bool("color_jitter");
+  if (is_set(c, "flip_lr_prob")) o.overrides.flip_lr_prob = static_cast<float>(c.get_float("flip_lr_prob"));
+  if (is_set(c, "flip_ud_prob")) o.overrides.flip_ud_prob = static_cast<float>(c.get_float("flip_ud_prob"));
   a.area_min = static_cast<float>(c.get_float("crop_area_min"));
   a.area_max = static_cast<float>(c.get_float("crop_area_max"));
   require(a.area_min <= a.area_max, "crop_area_min (", a.area_min, ") is above crop_area_max (", a.area_max, ")");
@@ -113,6 +112,46 @@ PipelineOptions pipeline_options(const Config& c, int rank, int size, int thread
     require(a.stddev[i] > 0, "option 'std': values must be positive, got '", c.get_string("std"), "'");
   }
   return o;
+}
+
+std::string auto_preset(const Source& source, int channels, int out_h, int out_w, std::string* reason) {
+  auto why = [&](std::string text) {
+    if (reason) *reason = std::move(text);
+  };
+  const std::string size = cat(out_h, "x", out_w, "x", channels);
+  if (source.kind() == "synthetic") {
+    why("synthetic data is never augmented");
+    return "none";
+  }
+  if (!source.encoded() && channels == 1) {
+    why(cat(size, " grayscale images (MNIST-like), which a crop or a flip would change into another class"));
+    return "none";
+  }
+  if (std::max(out_h, out_w) <= 64) {
+    why(cat(size, " images (CIFAR-sized): pad, random crop back to size, left-right flip"));
+    return "padcrop";
+  }
+  why(cat(size, " images (ImageNet-sized): random-resized crop, colour jitter, left-right flip"));
+  return "standard";
+}
+
+void apply_preset(const std::string& preset, const AugmentOverrides& v, AugmentOptions& a) {
+  // As the labs define them: standard = distorted-bounding-box crop + colour distortion
+  // + left-right flip; complex = standard + up-down flip; simple = standard without the
+  // left-right flip; none = evaluation preprocessing. padcrop is CIFAR's recipe: pad by
+  // 1/8 of the size with zeros, crop back at random, left-right flip.
+  require(preset == "none" || preset == "simple" || preset == "standard" || preset == "complex" || preset == "padcrop",
+          "augment preset '", preset, "' is not one of none|simple|standard|complex|padcrop");
+  const bool distort = preset == "simple" || preset == "standard" || preset == "complex";
+  a.random_crop = distort;
+  a.color_jitter = distort;
+  a.flip_lr_prob = (preset == "standard" || preset == "complex" || preset == "padcrop") ? 0.5f : 0.0f;
+  a.flip_ud_prob = preset == "complex" ? 0.5f : 0.0f;
+  a.crop_pad = preset == "padcrop" ? std::max(1, static_cast<int>(std::lround(std::min(a.out_h, a.out_w) / 8.0))) : 0;
+  if (v.random_crop) a.random_crop = *v.random_crop;
+  if (v.color_jitter) a.color_jitter = *v.color_jitter;
+  if (v.flip_lr_prob) a.flip_lr_prob = *v.flip_lr_prob;
+  if (v.flip_ud_prob) a.flip_ud_prob = *v.flip_ud_prob;
 }
 
 struct Pipeline::Slot {
@@ -158,10 +197,18 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
     if (!o_.explicit_mean) std::fill(std::begin(a.mean), std::end(a.mean), 0.0f);
     if (!o_.explicit_std) std::fill(std::begin(a.stddev), std::end(a.stddev), 1.0f);
   }
+  if (o_.preset == "auto") {
+    std::string why;
+    o_.preset = auto_preset(*source_, channels_, a.out_h, a.out_w, &why);
+    if (o_.rank == 0) COHORT_LOG_INFO("augment=auto chose '", o_.preset, "': ", why);
+  }
+  apply_preset(o_.preset, o_.overrides, a);
   sample_bytes_ = sample_bytes(a, channels_);
   const int64_t steps = sampler_.steps_per_epoch();
   require(o_.start_step >= 0 && o_.start_step < steps, "resume step ", o_.start_step, " is outside [0, ", steps, ")");
   require(o_.start_epoch >= 0, "resume epoch must not be negative");
+  require(o_.max_skipped_fraction >= 0 && o_.max_skipped_fraction <= 1, "max_skipped_fraction ",
+          o_.max_skipped_fraction, " is outside [0, 1]");
   consumer_g_ = released_g_ = sched_g_ = o_.start_epoch * steps + o_.start_step;
 
   const size_t nslots = static_cast<size_t>(o_.prefetch_depth) + 1;
@@ -179,27 +226,13 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
     slots_.push_back(std::move(slot));
   }
   if (synthetic_) {
-    // Random pixels and labels, drawn once: no decode cost, as the labs' "GPU only" runs.
-    for (size_t i = 0; i < nslots; ++i) {
-      Slot& s = *slots_[i];
-      auto* bytes = static_cast<uint8_t*>(s.images->data());
-      if (a.dtype == DType::kF32) {
-        auto* f = reinterpret_cast<float*>(bytes);
-        for (size_t k = 0; k < sample_bytes_ * B / 4; ++k)
-          f[k] = kernels::uniform01(kernels::philox4x32(k, i, a.seed).v[0]) * 2.0f - 1.0f;
-      } else {
-        for (size_t k = 0; k < sample_bytes_ * B; ++k)
-          bytes[k] = static_cast<uint8_t>(kernels::philox4x32(k, i, a.seed).v[0]);
-        if (a.dtype == DType::kF16)
-          for (size_t k = 1; k < sample_bytes_ * B; k += 2) bytes[k] &= 0x3b;  // finite halves in [0, 1)
-      }
-      for (size_t k = 0; k < B; ++k) {
-        s.labels[k] = static_cast<int32_t>(kernels::philox4x32(k, i + 1000, a.seed).v[0] %
-                                           static_cast<uint64_t>(o_.source.synthetic_classes));
-        s.mask[k] = 1;
-      }
-    }
+    fill_synthetic();
     return;
+  }
+  if (source_->encoded()) {
+    const size_t n = static_cast<size_t>(source_->size());
+    verdicts_ = std::make_unique<std::atomic<uint8_t>[]>(n);
+    for (size_t i = 0; i < n; ++i) verdicts_[i].store(kUnknown, std::memory_order_relaxed);
   }
   const size_t nworks = static_cast<size_t>(o_.decode_threads) * 4 + static_cast<size_t>(o_.reader_threads) * 2;
   for (size_t i = 0; i < nworks; ++i) {
@@ -212,6 +245,33 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
   } catch (...) {
     stop();
     throw;
+  }
+}
+
+void Pipeline::fill_synthetic() {
+  // Random pixels and labels, drawn once per slot: no decode cost, as the labs' "GPU
+  // only" runs. The stream is keyed by rank, so ranks train on different batches.
+  const AugmentOptions& a = o_.augment;
+  const size_t B = static_cast<size_t>(o_.batch_size);
+  const uint64_t rank = static_cast<uint64_t>(o_.rank) << 32;
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& s = *slots_[i];
+    auto* bytes = static_cast<uint8_t*>(s.images->data());
+    if (a.dtype == DType::kF32) {
+      auto* f = reinterpret_cast<float*>(bytes);
+      for (size_t k = 0; k < sample_bytes_ * B / 4; ++k)
+        f[k] = kernels::uniform01(kernels::philox4x32(k, rank | i, a.seed).v[0]) * 2.0f - 1.0f;
+    } else {
+      for (size_t k = 0; k < sample_bytes_ * B; ++k)
+        bytes[k] = static_cast<uint8_t>(kernels::philox4x32(k, rank | i, a.seed).v[0]);
+      if (a.dtype == DType::kF16)
+        for (size_t k = 1; k < sample_bytes_ * B; k += 2) bytes[k] &= 0x3b;  // finite halves in [0, 1)
+    }
+    for (size_t k = 0; k < B; ++k) {
+      s.labels[k] = static_cast<int32_t>(kernels::philox4x32(k, rank | (i + 1000), a.seed).v[0] %
+                                         static_cast<uint64_t>(o_.source.synthetic_classes));
+      s.mask[k] = 1;
+    }
   }
 }
 
@@ -296,7 +356,7 @@ void Pipeline::reader_loop() {
 }
 
 void Pipeline::decoder_loop() {
-  JpegDecoder decoder(o_.dct, o_.max_pixels);
+  JpegDecoder decoder(o_.dct, o_.max_pixels, o_.exif_apply);
   Renderer renderer;
   for (;;) {
     Work* w = nullptr;
@@ -352,16 +412,43 @@ void Pipeline::process(Work& w, JpegDecoder& decoder, Renderer& renderer) {
                     static_cast<float>(d.crop.x), static_cast<float>(d.crop.y), static_cast<float>(d.crop.w),
                     static_cast<float>(d.crop.h), d, o_.augment, dst);
   } else {
-    JpegHeader h = decoder.read_header(s.encoded);
-    Draws d = draw_sample(h.width, h.height, s.boxes, o_.augment, epoch, s.index, static_cast<int>(w.pos));
-    DecodedWindow win =
-        decoder.decode_window(s.encoded, d.crop.x, d.crop.y, d.crop.w, d.crop.h, o_.augment.out_w, o_.augment.out_h);
-    renderer.render(win.pixels, win.width, win.height, win.stride, 3, win.crop_x, win.crop_y, win.crop_w, win.crop_h, d,
-                    o_.augment, dst);
+    decode_encoded(w, decoder, renderer, dst, epoch);
   }
   slot.labels[pos] = static_cast<int32_t>(s.label);
   slot.mask[pos] = 1;
   images_++;
+}
+
+void Pipeline::decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer, uint8_t* dst, int64_t epoch) {
+  const Sample& s = w.sample;
+  std::atomic<uint8_t>& verdict = verdicts_[static_cast<size_t>(s.index)];
+  const uint8_t known = verdict.load(std::memory_order_acquire);
+  if (known == kBad) {
+    std::lock_guard<std::mutex> lock(bad_mu_);
+    throw bad_.at(s.index);
+  }
+  try {
+    JpegHeader h = decoder.read_header(s.encoded);
+    const std::vector<BBox>* boxes = &s.boxes;
+    std::vector<BBox> turned;
+    if (h.orientation != 1 && !s.boxes.empty()) {
+      for (const auto& b : s.boxes) turned.push_back(orient_box(b, h.orientation));
+      boxes = &turned;
+    }
+    Draws d = draw_sample(h.width, h.height, *boxes, o_.augment, epoch, s.index, static_cast<int>(w.pos));
+    DecodedWindow win = decoder.decode_window(s.encoded, d.crop.x, d.crop.y, d.crop.w, d.crop.h, o_.augment.out_w,
+                                              o_.augment.out_h, known == kUnknown);
+    renderer.render(win.pixels, win.width, win.height, win.stride, 3, win.crop_x, win.crop_y, win.crop_w, win.crop_h, d,
+                    o_.augment, dst);
+  } catch (const Error& e) {
+    if (e.code() == Code::kJpeg || e.code() == Code::kCorruptData) {
+      std::lock_guard<std::mutex> lock(bad_mu_);
+      bad_.emplace(s.index, e);
+      verdict.store(kBad, std::memory_order_release);
+    }
+    throw;
+  }
+  if (known == kUnknown) verdict.store(kGood, std::memory_order_release);
 }
 
 void Pipeline::finish_sample(Slot& slot, bool ok, const Error* error, int64_t index) {
@@ -379,6 +466,7 @@ void Pipeline::finish_sample(Slot& slot, bool ok, const Error* error, int64_t in
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!ok) {
+    if (!fatal && first_skip_.empty()) first_skip_ = error->what();
     slot.had_errors = true;
     for (size_t i = 0; i < slot.indices.size(); ++i)
       if (slot.indices[i] == index && index >= 0) slot.mask[i] = 0;
@@ -476,7 +564,43 @@ const BatchView& Pipeline::next() {
   delivered_ += valid;
   view_.epoch = g / steps;
   view_.step = g % steps;
+  if (!synthetic_) count_skipped(*slot, g, valid);
   return view_;
+}
+
+void Pipeline::count_skipped(const Slot& slot, int64_t g, int64_t valid) {
+  const int64_t steps = sampler_.steps_per_epoch(), step = g % steps;
+  const int64_t per_epoch = sampler_.valid_per_epoch();
+  if (step == 0 || batches_ == 1) {
+    // Samples this rank reads from this step to the end of the epoch (padding, which
+    // only the last batch holds, excluded).
+    epoch_read_start_ = run_read_;
+    epoch_samples_ = per_epoch - std::min(per_epoch, step * o_.batch_size);
+    epoch_valid_ = 0;
+  }
+  int64_t read = 0;
+  for (int64_t index : slot.indices) read += index >= 0;
+  run_read_ += read;
+  run_skipped_ += read - valid;
+  epoch_valid_ += valid;
+  const int64_t epoch_read = run_read_ - epoch_read_start_;
+  const double bound = o_.max_skipped_fraction * static_cast<double>(epoch_read_start_ + epoch_samples_);
+  const bool nothing = step == steps - 1 && epoch_valid_ == 0 && epoch_read > 0;
+  if (!nothing && static_cast<double>(run_skipped_) <= bound) return;
+  const std::string hint = cat(first_skip_.empty() ? "" : cat("; the first: ", first_skip_), ". Check the data",
+                               o_.source.path.empty() ? "" : cat(" with 'cohort-data verify ", o_.source.path, "'"));
+  const int64_t epoch = g / steps;
+  if (nothing) {
+    fatal_ = cat("epoch ", epoch, ": every one of the ", epoch_read,
+                 " samples this rank read was bad and skipped (on_error=skip), nothing to train on", hint);
+  } else {
+    fatal_ = cat("epoch ", epoch, ": ", run_skipped_, " of the ", run_read_,
+                 " samples read so far were bad and skipped (on_error=skip), more than max_skipped_fraction=",
+                 o_.max_skipped_fraction, " of the ", epoch_read_start_ + epoch_samples_,
+                 " this rank reads by the end of the epoch", hint, ", or raise max_skipped_fraction");
+  }
+  fatal_code_ = Code::kCorruptData;
+  throw Error(fatal_code_, fatal_);
 }
 
 PipelineStats Pipeline::stats() const {
@@ -486,6 +610,7 @@ PipelineStats Pipeline::stats() const {
   s.images = delivered_;
   s.decoded = images_.load();
   s.errors = errors_.load();
+  s.skipped = run_skipped_;
   s.padded = padded_.load();
   s.read_busy_s = static_cast<double>(read_ns_.load()) * 1e-9;
   s.decode_busy_s = static_cast<double>(decode_ns_.load()) * 1e-9;

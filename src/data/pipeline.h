@@ -10,7 +10,9 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <thread>
 #include <vector>
 
@@ -27,6 +29,13 @@ class Config;
 
 namespace cohort::data {
 
+// Augmentation steps set explicitly (API, command line or environment): they win over
+// the preset, augment=auto included.
+struct AugmentOverrides {
+  std::optional<bool> random_crop, color_jitter;
+  std::optional<float> flip_lr_prob, flip_ud_prob;
+};
+
 struct PipelineOptions {
   SourceOptions source;
   AugmentOptions augment;
@@ -38,13 +47,31 @@ struct PipelineOptions {
   JpegDct dct = JpegDct::kFast;
   uint64_t max_pixels = 100000000;
   OnError on_error = OnError::kSkip;
+  // Under on_error=skip: the most samples that may be skipped, as a fraction of those
+  // read; an epoch in which every sample is bad fails whatever its value.
+  double max_skipped_fraction = 0.01;
   int error_log_limit = 5;
+  bool exif_apply = false;  // exif_orientation=apply
   int64_t start_epoch = 0, start_step = 0;
   int image_size = 0;  // 0: 224 for JPEG sources, the native size for raw ones
   int synthetic_channels = 3;
-  std::string preset = "standard";
+  // auto|none|simple|standard|complex|padcrop; the pipeline resolves auto and applies
+  // the preset, then the overrides, to `augment`.
+  std::string preset = "auto";
+  AugmentOverrides overrides;
   bool explicit_mean = false, explicit_std = false;
 };
+
+// What augment=auto picks for a source whose batches hold channels x out_h x out_w
+// images: none for synthetic data (never augmented) and for grayscale raw images (MNIST
+// and its kin, where a flip or a crop changes the class or loses the digit), padcrop for
+// images of at most 64 pixels a side (CIFAR-sized), standard for larger ones
+// (ImageNet-sized). *reason (optional) receives why.
+std::string auto_preset(const Source& source, int channels, int out_h, int out_w, std::string* reason = nullptr);
+
+// Sets the augmentation steps of a preset (not auto), then the overrides. padcrop pads
+// by 1/8 of the output size.
+void apply_preset(const std::string& preset, const AugmentOverrides& overrides, AugmentOptions& a);
 
 // Options from the registry (data group, plus seed, image_size, data_format and
 // num_classes). Thread counts of 0 take their defaults from thread_budget.
@@ -62,7 +89,8 @@ struct BatchView {
 
 struct PipelineStats {
   int64_t batches = 0, images = 0, decoded = 0, errors = 0, padded = 0;  // images: valid ones delivered
-  double read_busy_s = 0, decode_busy_s = 0;                             // summed over the stage's threads
+  int64_t skipped = 0;  // bad samples left out of the batches delivered (errors also counts prefetched ones)
+  double read_busy_s = 0, decode_busy_s = 0;  // summed over the stage's threads
   // The consumer's wait in next() and the time it covers, both from the end of the
   // first next() (filling the pipeline is start-up, not steady state).
   double wait_s = 0, elapsed_s = 0;
@@ -82,7 +110,12 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   // The next batch in order; blocks. Throws the error that failed the pipeline (a bad
-  // sample under on_error=fail, an I/O error) on this and every later call.
+  // sample under on_error=fail, an I/O error; under on_error=skip, an epoch in which
+  // every sample was bad, or more skipped samples than max_skipped_fraction allows) on
+  // this and every later call. The skipped fraction is checked at every batch against
+  // the samples this rank will have read at the end of the current epoch: it fails as
+  // soon as the epoch can no longer stay within it, and a run that ends mid-epoch is
+  // held to the bound of that whole epoch.
   const BatchView& next();
 
   int64_t steps_per_epoch() const { return sampler_.steps_per_epoch(); }
@@ -91,6 +124,8 @@ class Pipeline {
   int channels() const { return channels_; }
   const Source& source() const { return *source_; }
   const PipelineOptions& options() const { return o_; }
+  // The augmentation preset in use (augment=auto resolved).
+  const std::string& preset() const { return o_.preset; }
   PipelineStats stats() const;
 
  private:
@@ -99,8 +134,11 @@ class Pipeline {
   void reader_loop();
   void decoder_loop();
   void process(Work& w, JpegDecoder& decoder, Renderer& renderer);
+  void decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer, uint8_t* dst, int64_t epoch);
   void finish_sample(Slot& slot, bool ok, const Error* error, int64_t index);
   void compact(Slot& slot);
+  void count_skipped(const Slot& slot, int64_t g, int64_t valid);
+  void fill_synthetic();
   void stop();
 
   PipelineOptions o_;
@@ -127,6 +165,18 @@ class Pipeline {
   std::deque<Work*> queue_;
   std::string fatal_;
   Code fatal_code_ = Code::kOk;
+
+  // Each JPEG's verdict, found once by a decode that reads all its entropy-coded data
+  // (whatever the crop), so a file is used in every epoch or in none.
+  enum Verdict : uint8_t { kUnknown, kGood, kBad };
+  std::unique_ptr<std::atomic<uint8_t>[]> verdicts_;
+  std::mutex bad_mu_;
+  std::unordered_map<int64_t, Error> bad_;
+
+  // Skipped samples of the delivered batches (guarded by mu_).
+  int64_t run_read_ = 0, run_skipped_ = 0;
+  int64_t epoch_read_start_ = 0, epoch_samples_ = 0, epoch_valid_ = 0;
+  std::string first_skip_;
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, images_{0}, errors_{0}, padded_{0};
   int64_t batches_ = 0, delivered_ = 0, first_batch_valid_ = 0, wait_ns_ = 0, ready_sum_ = 0, queue_sum_ = 0;

@@ -8,6 +8,7 @@
 #include "core/logging.h"
 #include "core/status.h"
 #include "core/threads.h"
+#include "data/detect.h"
 #include "data/file.h"
 #include "data/idx.h"
 #include "data/tfrecord.h"
@@ -18,37 +19,17 @@ namespace {
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
-bool starts_with(const std::string& s, std::string_view prefix) { return s.rfind(prefix, 0) == 0; }
 
 // ---- TFRecord shards ----
 class TFRecordSource : public Source {
  public:
-  TFRecordSource(std::vector<std::string> paths, const SourceOptions& o) : options_(o) {
-    for (auto& path : paths) {
+  TFRecordSource(const std::vector<std::string>& paths, const SourceOptions& o) : options_(o) {
+    for (const auto& path : paths) {
       // Shards are opened per read, not held open: ImageNet has over a thousand of them,
       // more than the usual limit of open files.
       File file(path);
       Shard shard{path, {}};
-      std::string index_path = path + ".idx";
-      if (is_regular_file(index_path)) {
-        auto text = read_file(index_path, uint64_t(1) << 32);
-        shard.extents = parse_index({reinterpret_cast<const char*>(text.data()), text.size()}, index_path, file.size());
-      } else {
-        std::string problem;
-        shard.extents = scan_tfrecord(file, o.crc_check, &problem);
-        if (!problem.empty()) {
-          if (o.on_error == OnError::kFail) fail(Code::kCorruptData, "'", path, "': ", problem, " (on_error=fail)");
-          COHORT_LOG_WARN("'", path, "': ", problem, "; using the ", shard.extents.size(), " records before it");
-          problems_.push_back(cat("'", path, "': ", problem));
-        } else if (o.write_index) {
-          try {
-            std::string text = format_index(shard.extents);
-            write_file(index_path, text.data(), text.size());
-          } catch (const Error& e) {
-            COHORT_LOG_DEBUG("index kept in memory: ", e.what());
-          }
-        }
-      }
+      if (!read_index(file, shard.extents)) shard.extents = scan_shard_file(file);
       total_ += static_cast<int64_t>(shard.extents.size());
       starts_.push_back(total_);
       shards_.push_back(std::move(shard));
@@ -89,6 +70,56 @@ class TFRecordSource : public Source {
     std::string path;
     std::vector<RecordExtent> extents;
   };
+  // Reads <shard>.idx into extents when there is one that matches the shard. A stale
+  // index fails under rebuild_stale_index=false; otherwise it is rebuilt (false).
+  bool read_index(const File& file, std::vector<RecordExtent>& extents) {
+    const std::string index_path = file.path() + ".idx";
+    if (!is_regular_file(index_path)) return false;
+    std::string problem;
+    try {
+      auto text = read_file(index_path, uint64_t(1) << 32);
+      extents = parse_index({reinterpret_cast<const char*>(text.data()), text.size()}, index_path, file.size());
+      problem = index_mismatch(file, extents, options_.crc_check);
+    } catch (const Error& e) {
+      if (e.code() != Code::kCorruptData) throw;
+      problem = e.what();
+    }
+    if (problem.empty()) return true;
+    if (!options_.rebuild_stale_index)
+      fail(Code::kCorruptData, "index '", index_path, "' does not match its shard: ", problem,
+           " (stale_index=fail; delete the index to rebuild it, or set stale_index=rebuild)");
+    COHORT_LOG_WARN("index '", index_path, "' does not match its shard: ", problem,
+                    "; rebuilding it from the shard (stale_index=rebuild)");
+    problems_.push_back(cat("index '", index_path, "' does not match its shard: ", problem, " (rebuilt)"));
+    extents.clear();
+    return false;
+  }
+
+  // Walks the record headers of a shard without a usable index, and writes the index
+  // when write_index and the whole shard could be indexed.
+  std::vector<RecordExtent> scan_shard_file(const File& file) {
+    const std::string& path = file.path();
+    std::string problem;
+    auto extents = scan_tfrecord(file, options_.crc_check, &problem);
+    if (!problem.empty()) {
+      Content content = extents.empty() ? sniff_content(path) : Content::kTFRecord;
+      if (content != Content::kTFRecord && content != Content::kUnknown)
+        fail(Code::kInvalidArgument, "'", path, "' is ", describe_content(path), ", not a TFRecord shard (", problem,
+             "); data_source=tfrecord reads files of TFRecord records");
+      if (options_.on_error == OnError::kFail) fail(Code::kCorruptData, "'", path, "': ", problem, " (on_error=fail)");
+      COHORT_LOG_WARN("'", path, "': ", problem, "; using the ", extents.size(), " records before it");
+      problems_.push_back(cat("'", path, "': ", problem));
+    } else if (options_.write_index) {
+      try {
+        std::string text = format_index(extents);
+        replace_file(path + ".idx", text.data(), text.size());
+      } catch (const Error& e) {
+        COHORT_LOG_DEBUG("index kept in memory: ", e.what());
+      }
+    }
+    return extents;
+  }
+
   std::pair<size_t, size_t> locate(int64_t index) const {
     auto it = std::upper_bound(starts_.begin(), starts_.end(), index);
     size_t s = static_cast<size_t>(it - starts_.begin());
@@ -212,6 +243,17 @@ class TFRecordSource : public Source {
           COHORT_LOG_WARN("corrupt record (skipped when read): ", line);
     }
     if (corrupt > 0) {
+      std::string first;
+      for (const auto& f : found)
+        if (first.empty() && !f.logged.empty()) first = f.logged.front();
+      const double fraction = static_cast<double>(corrupt) / static_cast<double>(total_);
+      if (corrupt == total_ || fraction > options_.max_skipped_fraction)
+        fail(
+            Code::kCorruptData, "data_dir '", options_.path, "': ",
+            corrupt == total_ ? cat("every one of the ", total_, " records") : cat(corrupt, " of ", total_, " records"),
+            " could not be read (found by check_labels=create), more than max_skipped_fraction=",
+            options_.max_skipped_fraction, " allows", first.empty() ? "" : cat("; the first: ", first),
+            ". Check the data with cohort-data verify, or raise max_skipped_fraction");
       std::string line = cat(corrupt, " of ", total_, " records could not be read while checking labels",
                              " (on_error=skip: they are skipped when read)");
       COHORT_LOG_WARN("data_dir '", options_.path, "': ", line);
@@ -230,18 +272,30 @@ class TFRecordSource : public Source {
 class FolderSource : public Source {
  public:
   explicit FolderSource(const SourceOptions& o) : options_(o) {
+    std::vector<std::string> empty, ignored;
     for (const auto& name : list_directory(o.path)) {
       std::string dir = join_path(o.path, name);
       if (!is_directory(dir)) continue;
+      auto images = image_files(dir, &ignored);
+      if (images.empty()) empty.push_back(name);
       int64_t label = static_cast<int64_t>(classes_.size());
       classes_.push_back(name);
-      for (const auto& file : list_directory(dir)) {
-        std::string path = join_path(dir, file);
-        if (is_regular_file(path)) files_.push_back({path, label});
-      }
+      for (auto& path : images) files_.push_back({std::move(path), label});
     }
-    if (classes_.empty()) fail(Code::kInvalidArgument, "data_dir '", o.path, "' has no class sub-folders");
-    if (files_.empty()) fail(Code::kInvalidArgument, "data_dir '", o.path, "': the class sub-folders hold no files");
+    const std::string layout =
+        cat("an image folder has one sub-folder per class holding its images ('", o.path, "/CLASS/IMAGE.jpg')");
+    if (classes_.empty()) fail(Code::kInvalidArgument, "data_dir '", o.path, "' has no class sub-folders: ", layout);
+    if (!empty.empty()) {
+      std::string names;
+      for (size_t i = 0; i < empty.size() && i < 3; ++i) names += cat(i ? ", " : "", "'", empty[i], "/'");
+      fail(Code::kInvalidArgument, "data_dir '", o.path, "': ", empty.size(), " of its ", classes_.size(),
+           " sub-folders hold no images (", names, empty.size() > 3 ? ", ..." : "",
+           "); every sub-folder is a class and ", layout, ": move the others out");
+    }
+    if (!ignored.empty())
+      COHORT_LOG_INFO("data_dir '", o.path, "': ignoring ", ignored.size(),
+                      ignored.size() == 1 ? " file that is not an image: '" : " files that are not images, e.g. '",
+                      ignored.front(), "'");
     if (o.num_classes > 0 && static_cast<int64_t>(classes_.size()) + o.label_offset > o.num_classes)
       fail(Code::kInvalidArgument, "data_dir '", o.path, "' has ", classes_.size(), " classes but num_classes is ",
            o.num_classes);
@@ -397,36 +451,40 @@ std::shared_ptr<Source> open_idx(const SourceOptions& o) {
   return std::make_shared<IdxSource>(read_idx(images), read_idx(labels), images, o);
 }
 
+// Every file of a shell pattern, the shard a path names, or the files of a directory.
 std::vector<std::string> tfrecord_files(const SourceOptions& o) {
+  std::vector<std::string> out;
   if (o.path.find_first_of("*?[") != std::string::npos) {
-    std::vector<std::string> out;
     for (auto& p : glob_paths(o.path))
       if (!ends_with(p, ".idx") && is_regular_file(p)) out.push_back(p);
     if (out.empty()) fail(Code::kIo, "data_dir '", o.path, "' matches no files");
     return out;
   }
   if (is_regular_file(o.path)) return {o.path};
-  std::vector<std::string> all, split;
-  std::string prefix = o.split == "train" ? "train" : "validation";
   for (const auto& name : list_directory(o.path)) {
     std::string p = join_path(o.path, name);
-    if (ends_with(name, ".idx") || !is_regular_file(p)) continue;
-    all.push_back(p);
-    if (starts_with(name, prefix + "-") || starts_with(name, prefix + ".")) split.push_back(p);
+    if (!ends_with(name, ".idx") && is_regular_file(p)) out.push_back(p);
   }
-  if (all.empty()) fail(Code::kInvalidArgument, "data_dir '", o.path, "' holds no files");
-  return split.empty() ? all : split;
+  if (out.empty()) fail(Code::kInvalidArgument, "data_dir '", o.path, "' holds no files");
+  return out;
 }
 
-std::string detect(const SourceOptions& o) {
-  if (is_regular_file(o.path)) return o.path.find("-idx") != std::string::npos ? "idx" : "tfrecord";
-  if (o.path.find_first_of("*?[") != std::string::npos) return "tfrecord";
-  bool has_dirs = false;
-  for (const auto& name : list_directory(o.path)) {
-    if (name.find("-idx3-ubyte") != std::string::npos) return "idx";
-    if (is_directory(join_path(o.path, name))) has_dirs = true;
+// The shards of the split: those named <split>-* or <split>.*; all of them when none is
+// named by either split. Shards of the other split only are an error, not a fallback.
+std::vector<std::string> split_shards(const std::vector<std::string>& paths, const SourceOptions& o) {
+  const std::string mine = o.split == "train" ? "train" : "validation";
+  const std::string other = o.split == "train" ? "validation" : "train";
+  std::vector<std::string> ours;
+  size_t theirs = 0;
+  for (const auto& p : paths) {
+    if (named_by_split(base_name(p), mine)) ours.push_back(p);
+    if (named_by_split(base_name(p), other)) ++theirs;
   }
-  return has_dirs ? "folder" : "tfrecord";
+  if (!ours.empty()) return ours;
+  if (theirs > 0)
+    fail(Code::kInvalidArgument, "data_dir '", o.path, "' has no ", mine, "-* shards for data_split=", o.split,
+         " (it holds ", theirs, " ", other, "-* shards): name the shards of this split ", mine, "-*");
+  return paths;
 }
 
 }  // namespace
@@ -437,10 +495,21 @@ std::shared_ptr<Source> open_source(const SourceOptions& o) {
   if (o.path.empty()) fail(Code::kInvalidArgument, "data_source '", kind, "' needs data_dir");
   bool pattern = o.path.find_first_of("*?[") != std::string::npos;
   if (!pattern && !path_exists(o.path)) fail(Code::kIo, "data_dir '", o.path, "' does not exist");
-  if (kind == "auto") kind = detect(o);
+  std::vector<std::string> shards;
+  if (kind == "auto" && pattern) kind = "tfrecord";
+  if (kind == "auto") {
+    Layout layout = detect_layout(o.path);
+    for (const auto& note : layout.notes) COHORT_LOG_INFO("data_dir '", o.path, "': ", note);
+    kind = layout.kind;
+    shards = std::move(layout.shards);
+  }
   if (kind == "idx") return open_idx(o);
   if (kind == "folder") return std::make_shared<FolderSource>(o);
-  if (kind == "tfrecord") return std::make_shared<TFRecordSource>(tfrecord_files(o), o);
+  if (kind == "tfrecord") {
+    if (shards.empty()) shards = tfrecord_files(o);
+    // A pattern or a single file names exactly the shards to read.
+    return std::make_shared<TFRecordSource>(pattern || !is_directory(o.path) ? shards : split_shards(shards, o), o);
+  }
   fail(Code::kInvalidArgument, "data_source '", kind, "' is not one of auto|tfrecord|folder|idx|synthetic");
 }
 

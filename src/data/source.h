@@ -37,6 +37,9 @@ struct SourceOptions {
   std::string split = "train";  // train|validation
   bool crc_check = true;
   bool write_index = true;
+  // A DALI index that does not match its shard: rebuilt from the shard (true) or an
+  // error (false).
+  bool rebuild_stale_index = true;
   int64_t label_offset = 0;
   int64_t num_classes = 0;  // > 0: labels must lie in [0, num_classes)
   OnError on_error = OnError::kSkip;
@@ -46,6 +49,9 @@ struct SourceOptions {
   bool check_labels = true;
   int scan_threads = 1;
   int error_log_limit = 5;  // corrupt records the scan logs (all are counted)
+  // Under on_error=skip, the scan fails the open when more than this fraction of the
+  // records is corrupt, or all of them.
+  double max_skipped_fraction = 0.01;
   int64_t synthetic_samples = 12800;
   int64_t synthetic_classes = 1000;
 };
@@ -75,10 +81,11 @@ class Source {
   virtual std::vector<std::string> problems() const { return {}; }
 };
 
-// Opens the source named by options (auto: a directory with class sub-folders is an
-// image folder; *-idx?-ubyte[.gz] files are MNIST; anything else TFRecord shards).
-// Throws kIo / kInvalidArgument / kCorruptData for a missing path, an empty dataset,
-// an unreadable index or a label out of range (TFRecord labels: when check_labels).
+// Opens the source named by options (auto: the kind detect_layout() finds; a shell
+// pattern names TFRecord shards). Throws kIo / kInvalidArgument / kCorruptData for a
+// missing path, a layout that is none of the kinds or is ambiguous, an empty dataset,
+// a stale index under rebuild_stale_index=false, or a label out of range (TFRecord
+// labels: when check_labels).
 std::shared_ptr<Source> open_source(const SourceOptions& options);
 
 // Caller memory: images u8 [N, H, W] or [N, H, W, C] (C = 1 or 3), labels int32/int64

@@ -55,6 +55,13 @@ std::vector<RecordExtent> scan_tfrecord(const File& file, bool check_crc, std::s
   return out;
 }
 
+bool starts_with_record(const File& file) {
+  uint8_t header[kHeader];
+  if (file.size() < kHeader + kFooter) return false;
+  file.read_at(0, header, kHeader);
+  return masked_crc32c(header, 8) == load_u32(header + 8) && load_u64(header) <= file.size() - kHeader - kFooter;
+}
+
 std::vector<RecordExtent> parse_index(std::string_view text, const std::string& index_path, uint64_t file_size) {
   std::vector<RecordExtent> out;
   size_t line_no = 0;
@@ -80,6 +87,32 @@ std::vector<RecordExtent> parse_index(std::string_view text, const std::string& 
     out.push_back({offset, size});
   }
   return out;
+}
+
+std::string index_mismatch(const File& file, const std::vector<RecordExtent>& extents, bool check_crc) {
+  uint64_t end = 0;
+  for (size_t i = 0; i < extents.size(); ++i) {
+    if (extents[i].offset != end)
+      return cat("record ", i, " starts at offset ", extents[i].offset, " but the record before it ends at ", end);
+    end += extents[i].size;
+  }
+  if (end != file.size())
+    return cat("its ", extents.size(), " records end at offset ", end, " but the shard has ", file.size(), " bytes",
+               end < file.size() ? " (records after that offset would be left out)" : "");
+  const size_t n = extents.size();
+  std::vector<size_t> picks;
+  for (size_t k = 0; k < 10 && n > 0; ++k) picks.push_back(k == 9 ? n - 1 : k * (n - 1) / 9);
+  uint8_t header[kHeader];
+  for (size_t i : picks) {
+    const RecordExtent& e = extents[i];
+    file.read_at(e.offset, header, kHeader);
+    if (check_crc && masked_crc32c(header, 8) != load_u32(header + 8))
+      return cat("record ", i, " at offset ", e.offset, ": no record header there (length CRC mismatch)");
+    if (load_u64(header) != e.size - kHeader - kFooter)
+      return cat("record ", i, " at offset ", e.offset, ": the index says ", e.size, " bytes, its header ",
+                 load_u64(header) + kHeader + kFooter);
+  }
+  return {};
 }
 
 std::string format_index(const std::vector<RecordExtent>& extents) {

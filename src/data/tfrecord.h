@@ -23,10 +23,21 @@ struct RecordExtent {
 // is put in *problem (empty when the whole file was indexed).
 std::vector<RecordExtent> scan_tfrecord(const File& file, bool check_crc, std::string* problem);
 
+// The file starts with a well-framed record header: its length CRC matches and the
+// record fits in the file. What tells a TFRecord shard from other files.
+bool starts_with_record(const File& file);
+
 // Parses index text; throws kCorruptData naming the file and line for a bad line or an
 // extent outside a file of `file_size` bytes.
 std::vector<RecordExtent> parse_index(std::string_view text, const std::string& index_path, uint64_t file_size);
 std::string format_index(const std::vector<RecordExtent>& extents);
+
+// Why an index does not describe its shard; empty when it does. The records must tile
+// the file from offset 0 to its end (a stale index shorter or longer than its shard
+// fails here), and a sample of them (the first, the last and 8 between) must start
+// with a record header whose length agrees with the index (and whose length CRC
+// matches, when check_crc). Reads at most 10 headers.
+std::string index_mismatch(const File& file, const std::vector<RecordExtent>& extents, bool check_crc);
 
 // Reads a record's bytes into buf (resized, capacity reused) and returns the span of
 // its data. Throws kCorruptData (naming file and offset) on a length or CRC mismatch.

@@ -23,6 +23,7 @@ SourceOptions source_options(const Config& c, const std::string& path) {
   o.label_offset = c.get_int("label_offset");
   o.on_error = OnError::kSkip;
   o.check_labels = false;  // the tools read every record and report each bad one
+  o.rebuild_stale_index = c.get_string("stale_index") == "rebuild";
   return o;
 }
 
@@ -138,7 +139,10 @@ int64_t verify_source(const Config& config, const std::string& path, const Repor
   for (int64_t i = 0; i < src->size(); ++i) {
     try {
       src->read(i, s);
-      if (s.kind == Sample::Kind::kEncoded) decoder.decode_full(s.encoded);
+      if (s.kind == Sample::Kind::kEncoded) {
+        decoder.decode_full(s.encoded);
+        for (const auto& w : decoder.warnings()) report(cat("WARNING ", src->origin(i), ": ", w));
+      }
     } catch (const Error& e) {
       std::string what = e.what();
       std::string origin = src->origin(i);

@@ -27,8 +27,9 @@ PackResult pack_folder(const Config& config, const std::string& image_dir, const
 // their labels and image sizes.
 void inspect_source(const Config& config, const std::string& path, int64_t limit, const Report& report);
 
-// Checks every record (CRC, framing, Example) and decodes every image; reports each
-// broken one. Returns how many are broken.
+// Checks every record (CRC, framing, Example) and each index against its shard, and
+// decodes every image fully, to its EOI marker; reports each broken one, and libjpeg's
+// warnings about images that decode. Returns how many are broken.
 int64_t verify_source(const Config& config, const std::string& path, const Report& report);
 
 }  // namespace cohort::data

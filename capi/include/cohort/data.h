@@ -52,8 +52,10 @@ COHORT_API cohort_status_t cohort_data_inspect(const cohort_config_t* config, co
                                                cohort_data_report_fn report, void* user);
 
 /**
- * @brief Checks every CRC and record and decodes every image of a source, reporting
- *        each broken one (file and offset or record) and a summary.
+ * @brief Checks every CRC and record, and every DALI index against its shard, and
+ *        decodes every image fully (to its end marker) of a source, reporting each
+ *        broken one (file and offset or record), libjpeg's warnings about images that
+ *        decode ("WARNING ..."), and a summary.
  * @param config Options (NULL = defaults).
  * @param path The dataset path.
  * @param report Receives the lines (may be NULL).

@@ -9,13 +9,21 @@
  * writes them straight into reused batch buffers on `decode_threads` threads,
  * `prefetch_depth` batches ahead of the caller. Every rank yields the same number of
  * batches per epoch (`remainder=pad|drop`), so uneven data never hangs a collective;
- * padded and skipped samples are not counted in cohort_batch_t::valid.
+ * padded and skipped samples are not counted in cohort_batch_t::valid. Synthetic data
+ * (no `data_dir`) is drawn per rank from (`seed`, rank): ranks get different batches.
+ *
+ * The kind of dataset is detected from the files' names and content (TFRecord shards,
+ * MNIST IDX files, or an image folder with one sub-folder per class); an ambiguous or
+ * unknown layout is an error at create that says what was found. A JPEG's verdict
+ * (used or skipped) is found once per file by a decode of all its data, whatever the
+ * crop. The guide docs/guides/pipeline.md describes the layouts and the checks.
  *
  * Options (all in the registry; see `cohort-options data`): `data_dir`, `data_source`,
  * `data_split`, `batch_size`, `image_size`, `data_format`, `image_dtype`, `augment`
- * (none|simple|standard|complex) and one key per augmentation step, `reader_threads`,
- * `decode_threads`, `prefetch_depth`, `jpeg_dct`, `on_error`, `label_offset`,
- * `max_image_pixels`, `crc_check`, `write_index`, `seed`.
+ * (auto|none|simple|standard|complex|padcrop) and one key per augmentation step,
+ * `reader_threads`, `decode_threads`, `prefetch_depth`, `jpeg_dct`, `exif_orientation`,
+ * `on_error`, `max_skipped_fraction`, `label_offset`, `max_image_pixels`, `crc_check`,
+ * `write_index`, `stale_index`, `seed`.
  *
  * Thread-safety: one pipeline is used by one thread at a time; different pipelines
  * are independent. No pipeline call is collective: ranks agree on the batch count
@@ -92,6 +100,9 @@ typedef struct cohort_pipeline_stats_t {
   double wait_fraction;      /**< wait_s / elapsed_s: above ~0.05 the step is input-bound. */
   double mean_ready_batches; /**< Batches already prepared when the caller asked (queue occupancy). */
   double mean_decode_queue;  /**< Samples waiting for a decode thread at those times. */
+  int64_t skipped; /**< Bad samples left out of the batches returned so far (`on_error=skip`); unlike `errors`,
+                        samples of prefetched batches do not count. Last field: a smaller, older struct_size
+                        leaves it out. */
 } cohort_pipeline_stats_t;
 
 /**
@@ -105,9 +116,11 @@ typedef struct cohort_pipeline_stats_t {
  * @param config Options (NULL = defaults); copied.
  * @param[out] out Receives the pipeline, owned by the caller (cohort_pipeline_destroy()).
  * @return ::COHORT_ERR_IO for a missing path; ::COHORT_ERR_INVALID_ARGUMENT for a bad
- *   option, an empty dataset or a dataset too small for one batch per rank with
- *   `remainder=drop`; ::COHORT_ERR_CORRUPT_DATA for an unreadable index, a damaged
- *   shard under `on_error=fail` or a label out of range.
+ *   option, a layout that is ambiguous or none of the kinds, an empty dataset or a
+ *   dataset too small for one batch per rank with `remainder=drop`;
+ *   ::COHORT_ERR_CORRUPT_DATA for an index that does not match its shard under
+ *   `stale_index=fail`, a damaged shard under `on_error=fail`, more corrupt records than
+ *   `max_skipped_fraction` allows (found by `check_labels=create`) or a label out of range.
  */
 COHORT_API cohort_status_t cohort_pipeline_create(const cohort_runtime_t* runtime, const cohort_config_t* config,
                                                   cohort_pipeline_t** out);
@@ -153,9 +166,12 @@ COHORT_API void cohort_pipeline_destroy(cohort_pipeline_t* pipeline);
  * @param pipeline The pipeline.
  * @param[in,out] batch Caller struct with struct_size set; filled on success.
  * @return ::COHORT_ERR_CORRUPT_DATA or ::COHORT_ERR_JPEG (with the file and offset or
- *   record in cohort_last_error()) when a bad sample was met under `on_error=fail`,
- *   ::COHORT_ERR_IO when a file could not be read; the pipeline then stays failed and
- *   every later call returns the same error.
+ *   record in cohort_last_error()) when a bad sample was met under `on_error=fail`;
+ *   ::COHORT_ERR_CORRUPT_DATA under `on_error=skip` when every sample of an epoch was
+ *   bad, or when the skipped samples exceed `max_skipped_fraction` of those this rank
+ *   reads by the end of the current epoch (checked at every batch); ::COHORT_ERR_IO
+ *   when a file could not be read. The pipeline then stays failed and every later call
+ *   returns the same error. Not collective: the error is this rank's own.
  */
 COHORT_API cohort_status_t cohort_pipeline_next(cohort_pipeline_t* pipeline, cohort_batch_t* batch);
 

@@ -280,11 +280,28 @@ static void bad_images_skip_or_fail_and_tools_report_them(void** state) {
   assert_int_equal(cohort_pipeline_next(p, &b), COHORT_ERR_JPEG);
   cohort_pipeline_destroy(p);
   cohort_config_destroy(c);
-  const char* skip_kv[] = {"data_dir", dir, "batch_size", "1", "error_log_limit", "0", NULL};
+  /* Under on_error=skip, an epoch of nothing but bad samples is an error too, whatever
+   * max_skipped_fraction allows; the skipped count reaches the stats. */
+  const char* skip_kv[] = {"data_dir", dir, "batch_size", "1", "error_log_limit", "0", "max_skipped_fraction",
+                           "1",        NULL};
   c = config_of(skip_kv);
   assert_int_equal(cohort_pipeline_create(NULL, c, &p), COHORT_OK);
-  assert_int_equal(cohort_pipeline_next(p, &b), COHORT_OK);
-  assert_int_equal(b.valid, 0);
+  assert_int_equal(cohort_pipeline_next(p, &b), COHORT_ERR_CORRUPT_DATA);
+  assert_true(contains(cohort_last_error(), "every one of the 1 samples"));
+  assert_true(contains(cohort_last_error(), "not_a.jpg"));
+  assert_int_equal(cohort_pipeline_next(p, &b), COHORT_ERR_CORRUPT_DATA);
+  cohort_pipeline_stats_t st;
+  INIT(st);
+  assert_int_equal(cohort_pipeline_stats(p, &st), COHORT_OK);
+  assert_int_equal(st.skipped, 1);
+  assert_int_equal(st.images, 0);
+  /* A struct from before `skipped` was appended is filled up to its size only. */
+  cohort_pipeline_stats_t old;
+  memset(&old, 0x5a, sizeof old);
+  old.struct_size = offsetof(cohort_pipeline_stats_t, skipped);
+  assert_int_equal(cohort_pipeline_stats(p, &old), COHORT_OK);
+  assert_int_equal(old.batches, 1);
+  assert_int_equal(old.skipped, 0x5a5a5a5a5a5a5a5a);
   cohort_pipeline_destroy(p);
   cohort_config_destroy(c);
   int64_t broken = 0;
@@ -292,15 +309,19 @@ static void bad_images_skip_or_fail_and_tools_report_them(void** state) {
   assert_int_equal(cohort_data_verify(NULL, dir, lines, &count, &broken), COHORT_OK);
   assert_int_equal(broken, 1);
   assert_true(count >= 2);
+  count = 0;
+  assert_int_equal(cohort_data_inspect(NULL, dir, 5, lines, &count), COHORT_OK);
+  assert_true(count >= 3);
+  /* Packed into the folder itself, the output is a sub-folder without images: the
+   * folder is then no longer an unambiguous image folder. */
   char out[300];
   snprintf(out, sizeof out, "%s/packed", dir);
   int64_t written = -1;
   assert_int_equal(cohort_data_pack(NULL, dir, out, 1, NULL, NULL, &written), COHORT_OK);
   assert_int_equal(written, 0);
   assert_int_equal(cohort_data_pack(NULL, dir, out, 0, NULL, NULL, &written), COHORT_ERR_INVALID_ARGUMENT);
-  count = 0;
-  assert_int_equal(cohort_data_inspect(NULL, dir, 5, lines, &count), COHORT_OK);
-  assert_true(count >= 3);
+  assert_int_equal(cohort_data_inspect(NULL, dir, 5, lines, &count), COHORT_ERR_INVALID_ARGUMENT);
+  assert_true(contains(cohort_last_error(), "'packed/'"));
   char cmd[400];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   assert_int_equal(system(cmd), 0);

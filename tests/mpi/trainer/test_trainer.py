@@ -1,7 +1,7 @@
 """cohort-train run for real: flags and error messages, the labs' header, the JSON run
 summary, plain progress output, checkpoint resume, and a cohortrun sweep over it.
 
-Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion); the binaries come
+Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion, Skipped); the binaries come
 from the environment (COHORT_TRAIN, COHORTRUN). Tiny models and few steps keep each
 group to a few seconds."""
 import json
@@ -167,8 +167,48 @@ def group_fashion():
     check("Num images:  60000" in out and s["data"] == data, "the IDX training split is read", out)
 
 
+def image_folder(root, good, bad):
+    """root/{a,b}/NNN.jpg: `good` small JPEGs made by cjpeg, then `bad` files that are not JPEGs."""
+    for i in range(good + bad):
+        d = os.path.join(root, "ab"[i % 2])
+        os.makedirs(d, exist_ok=True)
+        data = b"GIF89a, not a JPEG"
+        if i < good:
+            w, h = 20, 16
+            ppm = b"P6\n%d %d\n255\n" % (w, h) + bytes((x * 7 + y * 3 + i * 11) % 256
+                                                       for y in range(h) for x in range(w) for _ in range(3))
+            data = subprocess.run(["cjpeg", "-quality", "90"], input=ppm, capture_output=True, check=True).stdout
+        with open(os.path.join(d, "%03d.jpg" % i), "wb") as f:
+            f.write(data)
+
+
+def group_skipped():
+    if subprocess.run(["sh", "-c", "command -v cjpeg"], capture_output=True).returncode != 0:
+        print("SKIP: no cjpeg (libjpeg-turbo-progs)")
+        sys.exit(77)
+    base = ["--model=trivial", "--image_size=16", "--batch_size=4", "--num_warmup_batches=1", "--compute_threads=1",
+            "--decode_threads=1", "--progress=plain", "--error_log_limit=0"]
+    with tempfile.TemporaryDirectory() as d:
+        image_folder(f"{d}/some", 20, 1)
+        rc, out, err = run(base + [f"--data_dir={d}/some", "--num_epochs=2", "--max_skipped_fraction=0.1", "--json"])
+        check(rc == 0 and "skipped samples: 2 of 42 read" in out, "the skipped count is printed at the end", out + err)
+        check(summary_of(out).get("skipped") == 2, "the run summary carries the skipped count", out)
+        rc, out, err = run(base + [f"--data_dir={d}/some", "--num_epochs=2"])
+        check(rc != 0 and "max_skipped_fraction=0.01" in err and "cohort-data verify" in err,
+              "more skipped than max_skipped_fraction fails the run", out + err)
+        image_folder(f"{d}/none", 0, 12)
+        for fraction in ("0.01", "1"):
+            rc, out, err = run(base + [f"--data_dir={d}/none", "--num_epochs=1", f"--max_skipped_fraction={fraction}"])
+            check(rc != 0 and "not a JPEG" in err and "images/sec:" not in out,
+                  f"an all-corrupt folder fails (max_skipped_fraction={fraction})", out + err)
+        if COHORTRUN:
+            rc, out, err = run(["-np", "2", TRAIN] + base + [f"--data_dir={d}/none", "--num_epochs=1"], cmd=[COHORTRUN],
+                               timeout=120)
+            check(rc != 0 and "not a JPEG" in out + err, "an all-corrupt folder fails on 2 ranks", out + err)
+
+
 groups = {"Flags": group_flags, "Run": group_run, "Resume": group_resume, "SaveFailure": group_save_failure,
-          "Sweep": group_sweep, "Fashion": group_fashion}
+          "Sweep": group_sweep, "Fashion": group_fashion, "Skipped": group_skipped}
 groups[sys.argv[1]]()
 print("FAILED:" if failures else "OK", *failures, sep="\n  ")
 sys.exit(1 if failures else 0)

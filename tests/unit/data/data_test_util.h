@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,7 +13,9 @@
 
 #include <jpeglib.h>
 
+#include "core/status.h"
 #include "data/example.h"
+#include "data/jpeg.h"
 #include "data/tfrecord.h"
 
 namespace cohort::data::testing {
@@ -49,7 +52,29 @@ struct JpegFlavour {
   int quality = 95;
   bool progressive = false;
   int h_samp = 2, v_samp = 2;  // luma sampling: 2x2 = 4:2:0, 2x1 = 4:2:2, 1x1 = 4:4:4
+  int exif_orientation = 0;    // 1..8: an APP1 Exif segment holding this orientation
 };
+
+// An APP1 payload: "Exif\0\0", a little- or big-endian TIFF header and an IFD0 whose
+// one entry is the orientation.
+inline std::vector<uint8_t> exif_app1(int orientation, bool little = true) {
+  std::vector<uint8_t> d = {'E', 'x', 'i', 'f', 0, 0};
+  auto put = [&](uint32_t v, int n) {
+    for (int i = 0; i < n; ++i) d.push_back(static_cast<uint8_t>(v >> (8 * (little ? i : n - 1 - i))));
+  };
+  d.push_back(little ? 'I' : 'M');
+  d.push_back(little ? 'I' : 'M');
+  put(42, 2);
+  put(8, 4);       // IFD0 right after the header
+  put(1, 2);       // one entry
+  put(0x0112, 2);  // orientation
+  put(3, 2);       // SHORT
+  put(1, 4);       // one value
+  put(static_cast<uint32_t>(orientation), 2);
+  put(0, 2);
+  put(0, 4);  // no next IFD
+  return d;
+}
 
 inline std::vector<uint8_t> encode_jpeg(const uint8_t* pixels, int w, int h, const JpegFlavour& f) {
   jpeg_compress_struct c{};
@@ -72,6 +97,10 @@ inline std::vector<uint8_t> encode_jpeg(const uint8_t* pixels, int w, int h, con
   }
   if (f.progressive) jpeg_simple_progression(&c);
   jpeg_start_compress(&c, TRUE);
+  if (f.exif_orientation > 0) {
+    auto app1 = exif_app1(f.exif_orientation);
+    jpeg_write_marker(&c, JPEG_APP0 + 1, app1.data(), static_cast<unsigned>(app1.size()));
+  }
   std::vector<JSAMPROW> rows(static_cast<size_t>(h));
   for (int y = 0; y < h; ++y)
     rows[static_cast<size_t>(y)] = const_cast<uint8_t*>(pixels) + static_cast<size_t>(y) * w * f.components;
@@ -110,6 +139,82 @@ inline std::vector<uint8_t> reference_decode(const std::vector<uint8_t>& jpeg, i
   jpeg_finish_decompress(&d);
   jpeg_destroy_decompress(&d);
   return px;
+}
+
+// What a plain libjpeg full decode makes of a file: -1 on a fatal error, else the
+// number of warnings it met (libjpeg counts them and goes on).
+inline int reference_warnings(const std::vector<uint8_t>& jpeg) {
+  struct Err {
+    jpeg_error_mgr pub;
+    std::jmp_buf jump;
+  };
+  jpeg_decompress_struct d{};
+  Err err{};
+  d.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = [](j_common_ptr c) { std::longjmp(reinterpret_cast<Err*>(c->err)->jump, 1); };
+  err.pub.emit_message = [](j_common_ptr c, int level) {
+    if (level < 0) c->err->num_warnings++;
+  };
+  jpeg_create_decompress(&d);
+  // Sized for the widest JPEG before setjmp: nothing it owns changes across a longjmp.
+  std::vector<uint8_t> row(65535 * 3);
+  volatile int result = -1;
+  if (setjmp(err.jump) == 0) {
+    jpeg_mem_src(&d, jpeg.data(), jpeg.size());
+    jpeg_read_header(&d, TRUE);
+    d.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&d);
+    while (d.output_scanline < d.output_height) {
+      JSAMPROW r = row.data();
+      jpeg_read_scanlines(&d, &r, 1);
+    }
+    jpeg_finish_decompress(&d);
+    result = static_cast<int>(err.pub.num_warnings);
+  }
+  jpeg_destroy_decompress(&d);
+  return result;
+}
+
+// Where the entropy-coded data of a single-scan JPEG lies: after the SOS segment, up
+// to the EOI marker.
+inline std::pair<size_t, size_t> entropy_span(const std::vector<uint8_t>& jpeg) {
+  size_t at = 2;
+  while (at + 4 <= jpeg.size() && jpeg[at] == 0xFF && jpeg[at + 1] != 0xDA)
+    at += 2 + (static_cast<size_t>(jpeg[at + 2]) << 8 | jpeg[at + 3]);
+  size_t start = at + 2 + (static_cast<size_t>(jpeg[at + 2]) << 8 | jpeg[at + 3]);
+  return {start, jpeg.size() - 2};
+}
+
+// A baseline JPEG with one bit flipped in its entropy-coded data, which a full libjpeg
+// decode warns about but a decode of its top third never reaches.
+inline std::vector<uint8_t> flipped_bit_jpeg() {
+  auto good = rgb_jpeg(96, 96, 5);
+  auto [start, end] = entropy_span(good);
+  JpegDecoder dec;
+  for (size_t at = end - 4; at > start + (end - start) * 3 / 4; --at) {
+    if (good[at] == 0xFF || good[at - 1] == 0xFF) continue;  // leave markers and stuffing alone
+    for (int bit = 0; bit < 8; ++bit) {
+      auto bad = good;
+      bad[at] ^= static_cast<uint8_t>(1 << bit);
+      if (bad[at] == 0xFF || reference_warnings(bad) <= 0) continue;
+      try {
+        dec.decode_window(bad, 0, 0, 96, 32, 96, 32, false);
+        return bad;
+      } catch (const Error&) {
+      }
+    }
+  }
+  return {};
+}
+
+// DIR/CLASS/NAME with these bytes (the class folder made when missing).
+inline void put_image(const std::string& dir, const std::string& cls, const std::string& name,
+                      const std::vector<uint8_t>& bytes) {
+  std::filesystem::create_directories(dir + "/" + cls);
+  FILE* f = std::fopen((dir + "/" + cls + "/" + name).c_str(), "wb");
+  if (!f) return;
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
 }
 
 inline std::vector<uint8_t> image_example(const std::vector<uint8_t>& jpeg, int64_t label, std::vector<BBox> boxes = {},

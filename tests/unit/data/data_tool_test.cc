@@ -94,5 +94,39 @@ TEST(DataTool, PacksInspectsAndVerifies) {
   EXPECT_EQ(run("inspect /nonexistent/x").status, 2);
 }
 
+TEST(DataTool, VerifyDecodesEveryImageToItsEndAndReportsWarnings) {
+  testing::TempDir dir;
+  std::string images = dir / "images";
+  testing::put_image(images, "a", "good.jpg", testing::rgb_jpeg(40, 30, 1));
+  auto bad = testing::flipped_bit_jpeg();  // damage below the rows a crop of the top would read
+  ASSERT_FALSE(bad.empty());
+  testing::put_image(images, "a", "flipped.jpg", bad);
+  auto odd = testing::rgb_jpeg(40, 30, 2);
+  odd[11] = 3;  // JFIF major version 3: a warning about metadata only
+  testing::put_image(images, "b", "odd.jpg", odd);
+  ToolRun r = run("verify " + images);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("BROKEN '" + images + "/a/flipped.jpg': bad JPEG: Corrupt JPEG data"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("WARNING '" + images + "/b/odd.jpg': Warning: unknown JFIF revision number 3.01"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("checked 3 samples: 1 is broken"), std::string::npos) << r.output;
+
+  // A stale index is reported (and rebuilt in memory: every record is checked).
+  std::string out = dir / "shards";
+  ASSERT_EQ(run("pack " + images + " " + out).status, 0);
+  std::string index = out + "/train-00000-of-00001.idx";
+  auto text = read_file(index);
+  std::string lines(text.begin(), text.end());
+  lines = lines.substr(0, lines.find('\n') + 1);  // only the first record
+  write_file(index, lines.data(), lines.size());
+  ToolRun stale = run("verify " + out);
+  EXPECT_EQ(stale.status, 1) << stale.output;
+  EXPECT_NE(stale.output.find("BROKEN index '" + index + "' does not match its shard"), std::string::npos)
+      << stale.output;
+  EXPECT_NE(stale.output.find("checked 2 samples"), std::string::npos) << stale.output;
+}
+
 }  // namespace
 }  // namespace cohort::data

@@ -176,3 +176,94 @@ TEST(Jpeg, RealBrokenFileFromDebianIsAnError) {
 
 }  // namespace
 }  // namespace cohort::data
+
+namespace cohort::data {
+namespace {
+
+// Each EXIF orientation as PIL's ImageOps.exif_transpose turns the stored image (w x h)
+// into the displayed one: the stored pixel shown at displayed (x, y).
+std::pair<int, int> stored_pixel(int o, int w, int h, int x, int y) {
+  switch (o) {
+    case 2:
+      return {w - 1 - x, y};  // FLIP_LEFT_RIGHT
+    case 3:
+      return {w - 1 - x, h - 1 - y};  // ROTATE_180
+    case 4:
+      return {x, h - 1 - y};  // FLIP_TOP_BOTTOM
+    case 5:
+      return {y, x};  // TRANSPOSE
+    case 6:
+      return {y, h - 1 - x};  // ROTATE_270
+    case 7:
+      return {w - 1 - y, h - 1 - x};  // TRANSVERSE
+    case 8:
+      return {w - 1 - y, x};  // ROTATE_90
+    default:
+      return {x, y};
+  }
+}
+
+TEST(Jpeg, ExifOrientationIsIgnoredByDefaultAndAppliedOnRequest) {
+  const int w = 40, h = 24;
+  for (int o = 1; o <= 8; ++o) {
+    SCOPED_TRACE(o);
+    JpegFlavour f;
+    f.h_samp = f.v_samp = 1;
+    f.exif_orientation = o;
+    auto jpeg = testing::rgb_jpeg(w, h, 3, f);
+    int rw, rh;
+    auto stored = testing::reference_decode(jpeg, &rw, &rh);
+    JpegDecoder ignore(JpegDct::kAccurate);
+    auto hi = ignore.read_header(jpeg);
+    EXPECT_EQ(hi.orientation, 1);
+    EXPECT_EQ(hi.width, w);
+    auto plain = ignore.decode_full(jpeg);
+    ASSERT_EQ(0, std::memcmp(plain.pixels, stored.data(), stored.size()));
+
+    JpegDecoder apply(JpegDct::kAccurate, 100000000, true);
+    auto ha = apply.read_header(jpeg);
+    EXPECT_EQ(ha.orientation, o);
+    const int dw = o >= 5 ? h : w, dh = o >= 5 ? w : h;
+    EXPECT_EQ(ha.width, dw);
+    EXPECT_EQ(ha.height, dh);
+    auto full = apply.decode_full(jpeg);
+    ASSERT_EQ(full.width, dw);
+    ASSERT_EQ(full.height, dh);
+    for (int y = 0; y < dh; ++y)
+      for (int x = 0; x < dw; ++x) {
+        auto [sx, sy] = stored_pixel(o, w, h, x, y);
+        ASSERT_EQ(0, std::memcmp(full.pixels + y * full.stride + x * 3, &stored[(sy * w + sx) * 3], 3))
+            << x << "," << y;
+      }
+    // A crop given as displayed holds the displayed pixels.
+    auto win = apply.decode_window(jpeg, 5, 3, 12, 10, 12, 10);
+    const int cx = static_cast<int>(win.crop_x), cy = static_cast<int>(win.crop_y);
+    EXPECT_EQ(win.crop_w, 12);
+    EXPECT_EQ(win.crop_h, 10);
+    for (int y = 0; y < 10; ++y)
+      for (int x = 0; x < 12; ++x) {
+        auto [sx, sy] = stored_pixel(o, w, h, 5 + x, 3 + y);
+        ASSERT_EQ(0, std::memcmp(win.pixels + (cy + y) * win.stride + (cx + x) * 3, &stored[(sy * w + sx) * 3], 3));
+      }
+  }
+}
+
+TEST(Jpeg, ExifOrientationParsing) {
+  for (bool little : {true, false}) EXPECT_EQ(exif_orientation(testing::exif_app1(6, little)), 6);
+  EXPECT_EQ(exif_orientation(testing::exif_app1(9)), 1);  // out of range
+  auto cut = testing::exif_app1(6);
+  cut.resize(cut.size() - 8);
+  EXPECT_EQ(exif_orientation(cut), 1);  // the entry runs past the segment
+  std::vector<uint8_t> xmp = {'h', 't', 't', 'p', ':', '/', '/', 'n', 's', '.', 'a', 'd', 'o', 'b', 'e'};
+  EXPECT_EQ(exif_orientation(xmp), 1);
+  // A box of the stored image as displayed: rotated 90 degrees clockwise (6).
+  BBox b{0.1f, 0.2f, 0.5f, 0.4f};  // ymin, xmin, ymax, xmax
+  BBox r = orient_box(b, 6);
+  EXPECT_FLOAT_EQ(r.xmin, 1 - 0.5f);
+  EXPECT_FLOAT_EQ(r.xmax, 1 - 0.1f);
+  EXPECT_FLOAT_EQ(r.ymin, 0.2f);
+  EXPECT_FLOAT_EQ(r.ymax, 0.4f);
+}
+
+}  // namespace
+}  // namespace cohort::data

@@ -203,6 +203,9 @@ TEST(CheckLabels, ACorruptRecordDuringTheScanFollowsOnError) {
   expect_contains(what, "on_error=fail");
 
   o.on_error = OnError::kSkip;
+  // 1 of 8 is more than max_skipped_fraction's default.
+  expect_contains(open_error(o), "max_skipped_fraction");
+  o.max_skipped_fraction = 0.125;
   auto src = open_source(o);
   EXPECT_EQ(src->size(), 8);  // the record stays; reading it fails and is skipped then
   ASSERT_EQ(src->problems().size(), 1u);
@@ -235,6 +238,7 @@ TEST(CheckLabels, RecordsThatAreNotExamplesOrHaveNoLabelAreCorrupt) {
     w.close("");
   }
   auto o = source_options(dir, 2);
+  o.max_skipped_fraction = 1;
   auto src = open_source(o);
   ASSERT_EQ(src->problems().size(), 1u);
   expect_contains(src->problems()[0], "2 of 3 records");
@@ -282,6 +286,7 @@ TEST(CheckLabels, ThroughThePipelineAnOutOfRangeLabelIsSkippedOrFatalOnlyUnderRe
   c.set("batch_size", "10");
   EXPECT_THROW(open_source(pipeline_options(c, 0, 1, 2).source), Error);  // create (default)
   c.set("check_labels", "read");
+  c.set("max_skipped_fraction", "0.1");
   auto o = pipeline_options(c, 0, 1, 2);
   {
     Pipeline p(o, open_source(o.source));

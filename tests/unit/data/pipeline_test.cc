@@ -10,6 +10,7 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "data/file.h"
+#include "data/idx.h"
 #include "data/pipeline.h"
 #include "data_test_util.h"
 #include "tensor/tensor.h"
@@ -183,14 +184,16 @@ std::string corrupt_shard(const TempDir& dir) {
 TEST(Pipeline, SkipPolicyCountsBadSamplesAndKeepsValidOnesFirst) {
   TempDir dir;
   corrupt_shard(dir);
-  auto o = options({{"data_dir", dir.path.c_str()}, {"batch_size", "9"}, {"image_size", "16"}});
+  auto o = options(
+      {{"data_dir", dir.path.c_str()}, {"batch_size", "9"}, {"image_size", "16"}, {"max_skipped_fraction", "0.5"}});
   Pipeline p(o, open_source(o.source));
   const BatchView& b = p.next();
   EXPECT_EQ(b.valid, 6);
   std::set<int32_t> labels(b.labels.data_as<int32_t>(), b.labels.data_as<int32_t>() + 6);
   EXPECT_EQ(labels, (std::set<int32_t>{0, 1, 2, 3, 4, 5}));
   for (int i = 0; i < 9; ++i) EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], i < 6 ? 1 : 0);
-  EXPECT_GE(p.stats().errors, 3);  // batches prefetched beyond this one may add more
+  EXPECT_GE(p.stats().errors, 3);   // batches prefetched beyond this one may add more
+  EXPECT_EQ(p.stats().skipped, 3);  // only the batches delivered
 }
 
 TEST(Pipeline, FailPolicyStopsWithTheRecordInTheMessage) {
@@ -325,6 +328,122 @@ TEST(Pipeline, FailPolicyFailsAtTheBatchHoldingTheBadSampleNotBefore) {
   EXPECT_EQ(p.next().valid, 3);  // records 0-2
   EXPECT_EQ(p.next().valid, 3);  // records 3-5, while 6-8 (bad) are already prefetched
   EXPECT_THROW(p.next(), Error);
+}
+
+}  // namespace
+}  // namespace cohort::data
+
+namespace cohort::data {
+namespace {
+
+std::shared_ptr<Source> memory_images(std::vector<uint8_t>& pixels, std::vector<int64_t>& labels, int64_t n, int h,
+                                      int w, int c) {
+  pixels.resize(static_cast<size_t>(n * h * w * c));
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7 % 251);
+  labels.assign(static_cast<size_t>(n), 0);
+  Shape shape = c == 1 ? Shape{n, h, w} : Shape{n, h, w, c};
+  Tensor img = Tensor::wrap(pixels.data(), shape, DType::kU8);
+  Tensor lab = Tensor::wrap(labels.data(), {n}, DType::kI64);
+  return memory_source(img.dlpack_view(), lab.dlpack_view(), SourceOptions{});
+}
+
+std::string preset_for(std::shared_ptr<Source> src, std::initializer_list<std::pair<const char*, const char*>> kv) {
+  Config c;
+  c.set("batch_size", "2");
+  for (auto& [k, v] : kv) c.set(k, v);
+  auto o = pipeline_options(c, 0, 1, 1);
+  EXPECT_EQ(o.preset, c.get_string("augment"));
+  Pipeline p(o, src);
+  return p.preset();
+}
+
+TEST(AugmentAuto, ChoosesPerSourceKindAndImageSize) {
+  std::vector<uint8_t> px;
+  std::vector<int64_t> lab;
+  // MNIST-like: grayscale raw images, from IDX files or memory.
+  TempDir dir;
+  IdxArray images{{4, 28, 28}, std::vector<uint8_t>(4 * 28 * 28, 9)}, labels{{4}, {0, 1, 2, 3}};
+  auto ib = encode_idx(images), lb = encode_idx(labels);
+  write_file(dir / "train-images-idx3-ubyte", ib.data(), ib.size());
+  write_file(dir / "train-labels-idx1-ubyte", lb.data(), lb.size());
+  SourceOptions so;
+  so.path = dir.path;
+  auto idx = open_source(so);
+  ASSERT_EQ(idx->kind(), "idx");
+  EXPECT_EQ(preset_for(idx, {}), "none");
+  EXPECT_EQ(preset_for(memory_images(px, lab, 4, 28, 28, 1), {}), "none");
+  // CIFAR-sized colour images, raw or JPEG.
+  EXPECT_EQ(preset_for(memory_images(px, lab, 4, 32, 32, 3), {}), "padcrop");
+  TempDir shards;
+  make_shards(shards, 4, 1);
+  SourceOptions ss;
+  ss.path = shards.path;
+  ss.label_offset = -1;
+  auto tf = open_source(ss);
+  EXPECT_EQ(preset_for(tf, {{"image_size", "32"}}), "padcrop");
+  // ImageNet-sized.
+  EXPECT_EQ(preset_for(tf, {{"image_size", "96"}}), "standard");
+  EXPECT_EQ(preset_for(memory_images(px, lab, 2, 80, 80, 3), {}), "standard");
+  // Synthetic data is never augmented.
+  EXPECT_EQ(preset_for(open_source(SourceOptions{}), {{"image_size", "8"}}), "none");
+  // Only auto chooses; an explicit preset stays.
+  EXPECT_EQ(preset_for(idx, {{"augment", "standard"}}), "standard");
+}
+
+TEST(AugmentAuto, AnExplicitStepWinsOverTheChoice) {
+  std::vector<uint8_t> px;
+  std::vector<int64_t> lab;
+  Config c;
+  c.set("batch_size", "2");
+  c.set("random_crop", "true");
+  auto o = pipeline_options(c, 0, 1, 1);
+  Pipeline p(o, memory_images(px, lab, 4, 28, 28, 1));
+  EXPECT_EQ(p.preset(), "none");
+  EXPECT_TRUE(p.options().augment.random_crop);
+  EXPECT_FALSE(p.options().augment.color_jitter);
+  EXPECT_EQ(p.options().augment.flip_lr_prob, 0.0f);
+}
+
+TEST(AugmentAuto, PadCropShiftsTheImageAndFillsWithZeros) {
+  // 12x12 images whose pixel (x, y) is 10 + x + 12 * y; padcrop pads by 12/8 -> 2.
+  const int n = 16, s = 12;
+  std::vector<uint8_t> px(static_cast<size_t>(n * s * s * 3));
+  for (int i = 0; i < n; ++i)
+    for (int y = 0; y < s; ++y)
+      for (int x = 0; x < s; ++x)
+        for (int c = 0; c < 3; ++c) px[((i * s + y) * s + x) * 3 + c] = static_cast<uint8_t>(10 + x + s * y);
+  std::vector<int64_t> lab(n, 0);
+  Tensor img = Tensor::wrap(px.data(), {n, s, s, 3}, DType::kU8);
+  Tensor l = Tensor::wrap(lab.data(), {n}, DType::kI64);
+  auto src = memory_source(img.dlpack_view(), l.dlpack_view(), SourceOptions{});
+  Config c;
+  c.set("batch_size", "16");
+  c.set("image_dtype", "u8");
+  c.set("data_format", "NHWC");
+  c.set("flip_lr_prob", "0");
+  auto o = pipeline_options(c, 0, 1, 1);
+  Pipeline p(o, src);
+  ASSERT_EQ(p.preset(), "padcrop");
+  EXPECT_EQ(p.options().augment.crop_pad, 2);
+  std::set<std::pair<int, int>> shifts;
+  for (int epoch = 0; epoch < 4; ++epoch) {
+    const BatchView& b = p.next();
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t* out = b.images.data_as<uint8_t>() + i * s * s * 3;
+      // The shift is where pixel (2, 2) came from.
+      int v = out[(2 * s + 2) * 3] - 10, dx = v % s - 2, dy = v / s - 2;
+      ASSERT_LE(std::abs(dx), 2);
+      ASSERT_LE(std::abs(dy), 2);
+      shifts.insert({dx, dy});
+      for (int y = 0; y < s; ++y)
+        for (int x = 0; x < s; ++x) {
+          int sx = x + dx, sy = y + dy;
+          int want = sx < 0 || sy < 0 || sx >= s || sy >= s ? 0 : 10 + sx + s * sy;
+          ASSERT_EQ(out[(y * s + x) * 3 + 1], want) << "sample " << i << " at " << x << "," << y;
+        }
+    }
+  }
+  EXPECT_GT(shifts.size(), 5u);  // the shifts vary
 }
 
 }  // namespace
