@@ -51,6 +51,7 @@ Engine::~Engine() {
 
 void Engine::abort() {
   transport_->abort_waits();
+  device_.abort();
   {
     std::lock_guard lock(mu_);
     shutdown_requested_ = true;

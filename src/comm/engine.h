@@ -101,7 +101,9 @@ class Engine {
   EngineStats stats() const;
   // The most recent stall warning text (rank 0), for tests and tools.
   std::string last_stall_report() const;
-  // Unblocks the engine thread when the process is going down (peer lost).
+  // Unblocks the engine thread when the process is going down (peer lost): stops the
+  // waits of the host transport and of the device transport (NCCL: ncclCommAbort),
+  // and refuses new submissions. Any thread; the engine is not usable afterwards.
   void abort();
 
   static constexpr std::chrono::milliseconds kIdleTick{50};
