@@ -1,9 +1,10 @@
 // The negotiator decides, once per engine cycle and alike on every rank, which of the
 // submitted collectives are ready everywhere and in which order (Horovod's Controller
-// and TensorQueue). It keeps this rank's pending operations; each is announced once,
-// in full (a Meta) or, when the response cache knows its signature, as one bit. One
-// word of flags and the cache bits are ANDed across ranks every cycle; the full Metas
-// are exchanged only in cycles where some rank has something new to announce.
+// and TensorQueue). It keeps this rank's pending operations and announces each one:
+// in full (a Meta) once, or, when the response cache knows its signature, as one bit
+// set in every cycle until it is ready. One word of flags and the cache bits are ANDed
+// across ranks every cycle; the full Metas are exchanged only in cycles where some
+// rank has something new to announce.
 #pragma once
 
 #include <cstdint>
