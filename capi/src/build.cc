@@ -18,6 +18,7 @@
 #  include <nccl.h>
 #endif
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "shim.h"
@@ -153,6 +154,7 @@ COHORT_API cohort_status_t cohort_build_info(cohort_build_info_t* info) {
     full.jpeg_turbo = f.jpeg_turbo.c_str();
     full.gpu_count = static_cast<int>(f.gpus.size());
     full.gpu_note = f.gpu_note.c_str();
+    full.cuda_trains = backend::cuda_backend_trains() ? 1 : 0;
     capi::write_out(info, full, "info");  // an older caller's smaller struct gets its prefix
   });
 }

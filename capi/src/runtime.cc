@@ -59,6 +59,7 @@ COHORT_API cohort_status_t cohort_runtime_info(const cohort_runtime_t* runtime, 
     full.device_id = rt.device().kind == Device::Kind::kCuda ? rt.device().id : -1;
     full.cuda_device_count = rt.cuda_device_count();
     full.mpi_thread_level = mpi_process::thread_level();
+    full.collective_device_id = rt.collective_gpu();
     capi::write_out(info, full, "info");
   });
 }

@@ -54,7 +54,8 @@ COHORT_STRUCT_FIELDS(cohort_runtime_info_t, COHORT_FIELD(cohort_runtime_info_t, 
                      COHORT_FIELD(cohort_runtime_info_t, thread_budget),
                      COHORT_FIELD(cohort_runtime_info_t, device_type), COHORT_FIELD(cohort_runtime_info_t, device_id),
                      COHORT_FIELD(cohort_runtime_info_t, cuda_device_count),
-                     COHORT_FIELD(cohort_runtime_info_t, mpi_thread_level));
+                     COHORT_FIELD(cohort_runtime_info_t, mpi_thread_level),
+                     COHORT_FIELD(cohort_runtime_info_t, collective_device_id));
 COHORT_STRUCT_FIELDS(cohort_option_info_t, COHORT_FIELD(cohort_option_info_t, name),
                      COHORT_FIELD(cohort_option_info_t, type), COHORT_FIELD(cohort_option_info_t, default_value),
                      COHORT_FIELD(cohort_option_info_t, min), COHORT_FIELD(cohort_option_info_t, max),
@@ -67,7 +68,8 @@ COHORT_STRUCT_FIELDS(cohort_build_info_t, COHORT_FIELD(cohort_build_info_t, coho
                      COHORT_FIELD(cohort_build_info_t, cudnn), COHORT_FIELD(cohort_build_info_t, nccl),
                      COHORT_FIELD(cohort_build_info_t, dnnl), COHORT_FIELD(cohort_build_info_t, dnnl_cpu_runtime),
                      COHORT_FIELD(cohort_build_info_t, jpeg_turbo), COHORT_FIELD(cohort_build_info_t, gpu_count),
-                     COHORT_FIELD(cohort_build_info_t, gpu_note));
+                     COHORT_FIELD(cohort_build_info_t, gpu_note),
+                     COHORT_FIELD(cohort_build_info_t, cuda_trains));
 COHORT_STRUCT_FIELDS(cohort_gpu_info_t, COHORT_FIELD(cohort_gpu_info_t, name),
                      COHORT_FIELD(cohort_gpu_info_t, pci_bus_id), COHORT_FIELD(cohort_gpu_info_t, total_memory),
                      COHORT_FIELD(cohort_gpu_info_t, compute_major), COHORT_FIELD(cohort_gpu_info_t, compute_minor),

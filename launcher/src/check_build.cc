@@ -39,10 +39,15 @@ std::string check_build_report(const std::string& mpirun) {
   out += line("oneDNN",
               or_none(info.dnnl, "unknown") + " (CPU runtime " + or_none(info.dnnl_cpu_runtime, "unknown") + ")");
   out += line("libjpeg-turbo", or_none(info.jpeg_turbo, "unknown"));
+  out += line("Compute", info.cuda_trains  ? "CPU (oneDNN), or a GPU (cuDNN, cuBLAS) with --device=cuda"
+                         : info.cuda_built ? "CPU (oneDNN); the CUDA backend cannot train yet, so models compute on "
+                                             "the CPU even where GPUs are visible"
+                                           : "CPU (oneDNN)");
   if (info.gpu_count == 0) {
     out += line("GPUs", "none" + (info.gpu_note && *info.gpu_note ? std::string(" (") + info.gpu_note + ")" : ""));
   } else {
-    out += line("GPUs", std::to_string(info.gpu_count));
+    out += line("GPUs", std::to_string(info.gpu_count) +
+                            (info.cuda_trains ? "" : " (for collectives of CUDA tensors over NCCL, not for compute)"));
     for (int i = 0; i < info.gpu_count; ++i) {
       cohort_gpu_info_t gpu{};
       gpu.struct_size = sizeof gpu;

@@ -60,4 +60,11 @@ std::shared_ptr<Backend> make_cpu_backend(int threads);
 // without CUDA, kCuda / kCudnn / kCublas when the device cannot be used.
 std::shared_ptr<Backend> make_cuda_backend(int device);
 
+// Whether the CUDA backend can run a network. While it cannot, models compute on the
+// CPU whatever GPUs are visible (device=auto), and device=cuda is refused with
+// kCudaCannotTrain.
+bool cuda_backend_trains();
+inline constexpr const char* kCudaCannotTrain =
+    "the CUDA backend cannot train yet: it creates its cuDNN and cuBLAS handles but runs no network";
+
 }  // namespace cohort::backend

@@ -1,5 +1,7 @@
 #include "backend/device_probe.h"
 
+#include <atomic>
+
 #include "core/status.h"
 
 #if COHORT_HAVE_CUDA
@@ -7,9 +9,19 @@
 #endif
 
 namespace cohort {
+namespace {
+std::atomic<int> g_fake_device_count{-1};  // test hook only; -1: probe for real
+}  // namespace
+
+void fake_cuda_devices_for_testing(int count) { g_fake_device_count = count < 0 ? -1 : count; }
 
 CudaProbe probe_cuda() {
   CudaProbe probe;
+  if (int fake = g_fake_device_count; fake >= 0) {
+    probe.device_count = fake;
+    if (fake == 0) probe.why = "no CUDA device is visible";
+    return probe;
+  }
 #if COHORT_HAVE_CUDA
   int count = 0;  // cudaGetDeviceCount leaves it untouched when it fails
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -27,6 +39,10 @@ CudaProbe probe_cuda() {
 }
 
 void select_cuda_device(int device) {
+  if (int fake = g_fake_device_count; fake >= 0) {
+    require(device >= 0 && device < fake, "cannot select CUDA device ", device, ": ", fake, " fake devices");
+    return;
+  }
 #if COHORT_HAVE_CUDA
   cudaError_t err = cudaSetDevice(device);
   if (err != cudaSuccess)

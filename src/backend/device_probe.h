@@ -17,4 +17,9 @@ CudaProbe probe_cuda();
 // Makes `device` current on the calling thread (CUDA builds); throws kCuda on failure.
 void select_cuda_device(int device);
 
+// For tests of device choice on machines without a GPU: while count >= 0, probe_cuda()
+// reports `count` visible GPUs without asking CUDA, and select_cuda_device() accepts
+// them without calling it. A negative count restores the real probe.
+void fake_cuda_devices_for_testing(int count);
+
 }  // namespace cohort

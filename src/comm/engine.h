@@ -9,21 +9,28 @@
 // still waits for others it cycles every cycle_time_ms. With nothing pending anywhere
 // it ticks every kIdleTick so that a rank stuck waiting for an idle peer is noticed
 // (stall inspector) instead of hanging silently.
+//
+// The engine itself takes submissions and runs the cycle; each job of a cycle is a
+// part of its own: the Negotiator agrees with the other ranks on what is ready (cache
+// bits, flags, full announcements), the ComputeGate holds reductions while a model
+// computes, the Executor runs the collectives (the fusion buffer, one function per
+// operation), the StallInspector reports and ends collectives some ranks never submit,
+// and the Timeline records it all.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
-#include "comm/negotiation.h"
+#include "comm/compute_gate.h"
+#include "comm/device_transport.h"
+#include "comm/executor.h"
+#include "comm/negotiator.h"
+#include "comm/stall_inspector.h"
 #include "comm/timeline.h"
 #include "comm/transport.h"
 #include "comm/types.h"
@@ -46,30 +53,6 @@ struct EngineOptions {
   // From the option registry: fusion_threshold_mb, cycle_time_ms, cache_capacity,
   // stall_warning_s, stall_shutdown_s, timeline_file.
   static EngineOptions from_config(const Config& config);
-};
-
-// Where collectives of CUDA tensors run. Every collective whose tensors live on a CUDA
-// device (DLPack kDLCUDA) runs on a second transport, NCCL in a runtime; host tensors
-// stay on the engine's own transport. The device transport is created once, on the
-// engine thread, when the first device collective is ready (all ranks agree first
-// that each of them can create it; otherwise that collective fails on every rank
-// naming the ranks that cannot and why). Device collectives are not fused: each runs
-// as its own call, in place in the caller's tensors (no fusion buffer on the device);
-// scales and averages run on the device through the kernels/ functors.
-struct DeviceTransportFactory {
-  Device device;  // the CUDA device this rank's device tensors must live on
-  // Empty when this rank cannot move device tensors; `unavailable` then says why and
-  // what would work, and submitting a device tensor fails with kUnsupported.
-  std::function<std::unique_ptr<Transport>()> create;
-  std::string unavailable;
-};
-
-struct EngineStats {
-  uint64_t cycles = 0;
-  uint64_t full_exchanges = 0;  // cycles that exchanged Metas (not just cache bits)
-  uint64_t cache_hits = 0;      // tensors that became ready through the cache
-  uint64_t fused_batches = 0;   // allreduce calls that carried more than one tensor
-  uint64_t completed = 0;
 };
 
 class Engine {
@@ -118,46 +101,36 @@ class Engine {
   EngineStats stats() const;
   // The most recent stall warning text (rank 0), for tests and tools.
   std::string last_stall_report() const;
-  // Unblocks the engine thread when the process is going down (peer lost).
+  // Unblocks the engine thread when the process is going down (peer lost): stops the
+  // waits of the host transport and of the device transport (NCCL: ncclCommAbort),
+  // and refuses new submissions. Any thread; the engine is not usable afterwards.
   void abort();
 
   static constexpr std::chrono::milliseconds kIdleTick{50};
 
  private:
-  struct Pending;
-  struct TableEntry;
-  struct Response;
-
   void validate(const TensorEntry& e) const;
   void run();
   bool cycle();
   void wait_for_work();
   void sync_clocks();
   void merge_timeline();
-  void add_pending(TensorEntry e);
-  Meta meta_of(const TensorEntry& e) const;
-  void process_messages(const std::vector<std::string>& messages, std::vector<Response>& ready);
-  Response make_response(const std::string& name, std::vector<std::optional<Meta>> metas) const;
-  void execute(std::vector<Response>& ready);
-  void run_allreduce_batch(std::vector<Response*>& batch);
-  void run_one(Response& r);
-  // Allreduces of one dtype/op/scale reduced in place without the fusion buffer: the
-  // large ones, or one alone in its call.
-  void run_direct_allreduces(std::vector<Response*>& batch);
-  void finish(Response& r, const Status& s);
-  // The device transport, created on first use; null (and r finished with the error)
-  // when some rank cannot create it.
-  Transport* device_transport(Response& r);
-  // One allreduce of device memory (no fusion); e is null on a joined rank.
-  void run_device_allreduce(Response& r, TensorEntry* e, Transport& t);
-  void check_stalls();
+  void restart_barrier_numbering();
   void fail_all(const Status& s);
 
   std::unique_ptr<Transport> transport_;
-  DeviceTransportFactory device_;
   EngineOptions options_;
   std::function<void(const std::string&)> on_fatal_;
   int rank_, size_;
+
+  // The parts, each with one job (see their headers).
+  Timeline timeline_;
+  EngineCounters counters_;
+  LazyDeviceTransport device_;
+  ComputeGate gate_;
+  StallInspector stalls_;
+  Negotiator negotiator_;  // engine thread only
+  Executor executor_;      // engine thread only
 
   // Shared with submitting threads.
   mutable std::mutex mu_;
@@ -169,32 +142,8 @@ class Engine {
   uint64_t submitted_ = 0;
   uint64_t barrier_count_ = 0;
   uint64_t join_epoch_ = 0;  // completed joins: part of barrier names
-  EngineStats stats_;
-  std::string last_stall_report_;
-  int computing_ = 0;     // open compute_begin() brackets
-  int compute_cpu_ = -1;  // the core the last bracket ended on (sched_getcpu), -1 unknown
-  std::shared_ptr<WaitCount> waits_ = std::make_shared<WaitCount>();
 
-  // Engine thread only.
-  uint64_t next_seq_ = 0;
-  std::map<uint64_t, Pending> pending_;
-  std::unordered_map<std::string, uint64_t> pending_by_name_;
-  std::unordered_map<std::string, TableEntry> table_;
-  std::vector<std::string> table_order_;
-  std::vector<bool> joined_;
-  int last_joined_ = -1;
-  std::vector<uint64_t> submitted_counts_;
-  ResponseCache cache_;
-  bool global_idle_ = true;
-  std::vector<Response> held_;  // agreed while some rank computed (hold_during_compute)
-  std::vector<unsigned char> fusion_;
-  Clock::time_point last_stall_check_;
-  std::unique_ptr<Transport> device_transport_;
-  std::string device_error_;  // set on every rank when the device transport cannot exist
-  int64_t clock_offset_us_ = 0;
-
-  Timeline timeline_;
-  std::atomic<bool> aborted_{false};
+  int64_t clock_offset_us_ = 0;  // engine thread only
   std::thread thread_;
 };
 

@@ -1,5 +1,6 @@
 #include "comm/negotiation.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace cohort::comm {
@@ -117,6 +118,90 @@ Message decode(const std::string& bytes) {
     m.metas.push_back(std::move(x));
   }
   return m;
+}
+
+namespace {
+// Bit positions of CycleFlags in the exchanged word.
+constexpr uint64_t kNothingAnnounced = uint64_t{1} << 0;
+constexpr uint64_t kShuttingDown = uint64_t{1} << 1;
+constexpr uint64_t kIdle = uint64_t{1} << 2;
+constexpr uint64_t kReleasesHeld = uint64_t{1} << 3;
+}  // namespace
+
+uint64_t CycleFlags::to_word() const {
+  return (nothing_announced ? kNothingAnnounced : 0) | (shutting_down ? kShuttingDown : 0) | (idle ? kIdle : 0) |
+         (releases_held ? kReleasesHeld : 0);
+}
+
+CycleFlags CycleFlags::from_word(uint64_t word) {
+  CycleFlags f;
+  f.nothing_announced = (word & kNothingAnnounced) != 0;
+  f.shutting_down = (word & kShuttingDown) != 0;
+  f.idle = (word & kIdle) != 0;
+  f.releases_held = (word & kReleasesHeld) != 0;
+  return f;
+}
+
+Response agree(const std::string& name, std::vector<std::optional<Meta>> metas) {
+  Response resp;
+  resp.name = name;
+  resp.metas = std::move(metas);
+  const int size = static_cast<int>(resp.metas.size());
+  int first = -1;
+  for (int r = 0; r < size && first < 0; ++r)
+    if (resp.metas[static_cast<size_t>(r)]) first = r;
+  resp.agreed = *resp.metas[static_cast<size_t>(first)];
+  const Meta& a = resp.agreed;
+  bool rows_may_differ = a.type == OpType::kAllgather || a.type == OpType::kAlltoall;
+  bool mismatch = false;
+  for (const auto& m : resp.metas) {
+    if (!m) continue;
+    bool same = m->type == a.type && m->dtype == a.dtype && m->op == a.op && m->root == a.root &&
+                m->prescale == a.prescale && m->postscale == a.postscale && m->device == a.device;
+    if (rows_may_differ) {
+      same = same && m->shape.size() == a.shape.size() && !m->shape.empty() &&
+             std::equal(m->shape.begin() + 1, m->shape.end(), a.shape.begin() + 1);
+    } else {
+      same = same && m->shape == a.shape;
+    }
+    mismatch = mismatch || !same;
+  }
+  if (mismatch) {
+    std::string detail;
+    for (int r = 0; r < size; ++r) {
+      const auto& m = resp.metas[static_cast<size_t>(r)];
+      if (m) detail += cat("; rank ", r, ": ", m->describe());
+    }
+    resp.error = cat("collective '", name, "' was submitted differently across ranks", detail,
+                     rows_may_differ ? " (only the first dimension may differ)" : "");
+    return resp;
+  }
+  if (a.type == OpType::kBroadcast && !resp.metas[static_cast<size_t>(a.root)]) {
+    resp.error = cat("collective '", name, "' (broadcast from root ", a.root, ") cannot run: the root rank ", a.root,
+                     " has joined and has no data to send; broadcast from a rank that has not joined");
+  }
+  return resp;
+}
+
+bool AnnouncementTable::any_joined() const { return std::find(joined.begin(), joined.end(), true) != joined.end(); }
+
+std::vector<int> AnnouncementTable::missing(const Entry& e) const {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < joined.size(); ++r)
+    if (!e.metas[r] && !joined[r]) ranks.push_back(static_cast<int>(r));
+  return ranks;
+}
+
+std::string AnnouncementTable::submitted_per_rank() const {
+  std::string counts;
+  for (size_t r = 0; r < submitted.size(); ++r) counts += cat(r ? ", " : "", r, ": ", submitted[r]);
+  return counts;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += cat(i ? ", " : "", ranks[i]);
+  return s + "]";
 }
 
 std::optional<size_t> ResponseCache::find(const std::string& name) const {

@@ -40,6 +40,16 @@ const char* reduce_op_name(ReduceOp op) {
   return "unknown";
 }
 
+EngineStats EngineCounters::snapshot() const {
+  EngineStats s;
+  s.cycles = cycles.load(std::memory_order_relaxed);
+  s.full_exchanges = full_exchanges.load(std::memory_order_relaxed);
+  s.cache_hits = cache_hits.load(std::memory_order_relaxed);
+  s.fused_batches = fused_batches.load(std::memory_order_relaxed);
+  s.completed = completed.load(std::memory_order_relaxed);
+  return s;
+}
+
 bool Request::test() const {
   std::lock_guard lock(mu_);
   return pending_ == 0;

@@ -67,6 +67,21 @@ class Request {
   int join_last_rank_ = -1;
 };
 
+// What an engine has done so far (Engine::stats).
+struct EngineStats {
+  uint64_t cycles = 0;
+  uint64_t full_exchanges = 0;  // cycles that exchanged Metas (not just cache bits)
+  uint64_t cache_hits = 0;      // tensors that became ready through the cache
+  uint64_t fused_batches = 0;   // allreduce calls that carried more than one tensor
+  uint64_t completed = 0;
+};
+
+// The counters behind EngineStats: bumped on the engine thread, read from any thread.
+struct EngineCounters {
+  std::atomic<uint64_t> cycles{0}, full_exchanges{0}, cache_hits{0}, fused_batches{0}, completed{0};
+  EngineStats snapshot() const;
+};
+
 // One named operation as the caller submitted it.
 struct TensorEntry {
   std::string name;

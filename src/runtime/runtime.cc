@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "backend/backend.h"
 #include "backend/device_probe.h"
 #include "comm/mpi/mpi_error.h"
 #include "comm/mpi/mpi_transport.h"
@@ -47,6 +48,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
     auto window = static_cast<size_t>(config_.get_int("allreduce_window"));
     auto shm_slot = static_cast<size_t>(config_.get_int("allreduce_shm_kb")) * 1024;
     comm::EngineOptions engine_options = comm::EngineOptions::from_config(config_);
+    // auto holds whenever models compute on the CPU, even where a GPU serves collectives.
     const std::string during_compute = config_.get_string("comm_during_compute");
     engine_options.hold_during_compute = during_compute == "hold" || (during_compute == "auto" && device_.is_host());
     engine_ = std::make_unique<comm::Engine>(
@@ -65,19 +67,19 @@ comm::DeviceTransportFactory Runtime::device_transport() {
   comm::DeviceTransportFactory f;
   const char* host_hint = "copy the tensor to host memory (kDLCPU) to reduce it over MPI";
 #if COHORT_HAVE_CUDA
-  if (device_.kind == Device::Kind::kCuda) {
+  if (collective_gpu_ >= 0) {
     // The engine thread creates the NCCL communicator; its MPI traffic (the unique id)
     // goes over a communicator of its own, never used by another thread.
     mpi_check(MPI_Comm_dup(world_, &device_bootstrap_), "MPI_Comm_dup(NCCL bootstrap)");
     MPI_Comm_set_errhandler(device_bootstrap_, MPI_ERRORS_RETURN);
-    f.device = device_;
+    f.device = {Device::Kind::kCuda, collective_gpu_};
     MPI_Comm bootstrap = device_bootstrap_;
-    int id = device_.id;
+    int id = collective_gpu_;
     f.create = [bootstrap, id] { return std::make_unique<comm::NcclTransport>(bootstrap, id); };
   } else if (config_.get_string("device") == "cpu") {
     f.unavailable =
-        cat("this runtime was created with device=cpu; create it with device=auto or device=cuda to run "
-            "collectives of CUDA tensors over NCCL, or ",
+        cat("this runtime was created with device=cpu; create it with device=auto to run collectives of CUDA "
+            "tensors over NCCL, or ",
             host_hint);
   } else {
     f.unavailable = cat("no GPU is usable on this rank (", cuda_why_.empty() ? "no CUDA device found" : cuda_why_,
@@ -91,7 +93,7 @@ comm::DeviceTransportFactory Runtime::device_transport() {
 }
 
 void Runtime::choose_device() {
-  std::string choice = config_.get_string("device");
+  const std::string choice = config_.get_string("device");
   CudaProbe probe;
   if (choice != "cpu") probe = probe_cuda();
   cuda_device_count_ = probe.device_count;
@@ -100,22 +102,31 @@ void Runtime::choose_device() {
     fail(Code::kUnsupported, "device=cuda was requested but no GPU is usable (", probe.why,
          "); use --device=cpu or --device=auto");
   if (choice != "cpu" && probe.device_count > 0) {
-    device_ = {Device::Kind::kCuda, layout_.local_rank % probe.device_count};
+    collective_gpu_ = layout_.local_rank % probe.device_count;
+    if (choice == "cuda" && !backend::cuda_backend_trains())
+      fail(Code::kUnsupported, "device=cuda was requested but ", backend::kCudaCannotTrain,
+           "; use --device=auto (models compute on the CPU and collectives of CUDA tensors run over NCCL on cuda:",
+           collective_gpu_, ") or --device=cpu");
     if (layout_.local_size > probe.device_count)
       COHORT_LOG_WARN(layout_.local_size, " ranks share ", probe.device_count,
                       " GPUs on this node: ranks on one GPU slow each other down and NCCL refuses them");
-    select_cuda_device(device_.id);
-  } else {
-    device_ = {};
+    select_cuda_device(collective_gpu_);
   }
-  if (!g_device_logged.exchange(true) && layout_.rank == 0) {
-    std::string cuda_text = probe.device_count > 0
-                                ? cat(probe.device_count, " CUDA devices")
-                                : cat("0 CUDA devices: ", probe.why.empty() ? "not probed (device=cpu)" : probe.why);
-    COHORT_LOG_INFO(layout_.size, " rank", layout_.size == 1 ? "" : "s", ", ", layout_.local_size,
-                    " on this node, device ", device_.to_string(), " (", cuda_text, "), ", thread_budget_, " thread",
-                    thread_budget_ == 1 ? "" : "s", " per rank");
-  }
+  device_ =
+      collective_gpu_ >= 0 && backend::cuda_backend_trains() ? Device{Device::Kind::kCuda, collective_gpu_} : Device{};
+  if (!g_device_logged.exchange(true) && layout_.rank == 0)
+    COHORT_LOG_INFO(layout_.size, " rank", layout_.size == 1 ? "" : "s", ", ", layout_.local_size, " on this node, ",
+                    thread_budget_, " thread", thread_budget_ == 1 ? "" : "s", " per rank; ", device_summary());
+}
+
+std::string Runtime::device_summary() const {
+  std::string s = cat("compute on ", device_.to_string());
+  if (cuda_device_count_ == 0)
+    return cat(s, "; 0 CUDA devices (", cuda_why_.empty() ? "not probed: device=cpu" : cuda_why_, ")");
+  if (device_.is_host() && collective_gpu_ >= 0) s += cat(" (", backend::kCudaCannotTrain, ")");
+  s += cat("; ", cuda_device_count_, " CUDA device", cuda_device_count_ == 1 ? "" : "s", " seen");
+  if (collective_gpu_ >= 0) s += cat(", cuda:", collective_gpu_, " serves collectives of CUDA tensors");
+  return s;
 }
 
 Runtime::~Runtime() {

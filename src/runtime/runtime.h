@@ -1,5 +1,10 @@
 // The process-level object of a job: its communicators, rank layout, thread budget
-// and compute device. One per job is usual; several may live in sequence.
+// and devices. One per job is usual; several may live in sequence.
+//
+// Two devices, kept apart: the compute device, where models compute, and the GPU that
+// collectives of CUDA tensors use. Models compute on the CPU until the CUDA backend can
+// train (backend::cuda_backend_trains), whatever GPUs are visible; a visible GPU still
+// serves collectives of CUDA tensors (NCCL).
 #pragma once
 
 #include <mpi.h>
@@ -22,8 +27,8 @@ struct RankLayout {
 
 class Runtime {
  public:
-  // Collective over MPI_COMM_WORLD. Throws on MPI failure, after finalize, or when a
-  // GPU is required (device=cuda) and none is usable.
+  // Collective over MPI_COMM_WORLD. Throws on MPI failure, after finalize, or, with
+  // kUnsupported, for device=cuda (no GPU is usable, or the CUDA backend cannot train).
   explicit Runtime(const Config& config);
   // Shuts down (collective) unless shutdown() already ran.
   ~Runtime();
@@ -34,8 +39,15 @@ class Runtime {
   int rank() const { return layout_.rank; }
   int size() const { return layout_.size; }
   int thread_budget() const { return thread_budget_; }
+  // Where models compute.
   Device device() const { return device_; }
+  // GPUs visible to this process.
   int cuda_device_count() const { return cuda_device_count_; }
+  // The CUDA ordinal collectives of CUDA tensors run on for this rank, or -1 when they
+  // cannot run (device=cpu, no GPU, or a build without CUDA).
+  int collective_gpu() const { return collective_gpu_; }
+  // One line on where compute and collectives run, as the runtime logs it.
+  std::string device_summary() const;
   const Config& config() const { return config_; }
   // This runtime's duplicate of MPI_COMM_WORLD (errors return instead of aborting).
   MPI_Comm comm() const { return world_; }
@@ -56,7 +68,7 @@ class Runtime {
 
   // The collective engine of this runtime (its own background thread and communicator).
   // Host tensors run over MPI; CUDA tensors over NCCL (one communicator per runtime,
-  // created at the first device collective) when the runtime's device is a GPU.
+  // created at the first device collective) on collective_gpu().
   // Throws kInvalidState after shutdown().
   comm::Engine& engine() {
     check_open("a collective");
@@ -78,6 +90,7 @@ class Runtime {
   int thread_budget_ = 1;
   Device device_;
   int cuda_device_count_ = 0;
+  int collective_gpu_ = -1;
   std::string cuda_why_;                       // why no GPU is usable (probe), if none
   MPI_Comm device_bootstrap_ = MPI_COMM_NULL;  // the engine thread's: NCCL id exchange
   std::unique_ptr<comm::Engine> engine_;

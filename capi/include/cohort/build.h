@@ -40,6 +40,9 @@ typedef struct cohort_build_info_t {
   const char* jpeg_turbo;       /**< libjpeg-turbo version cohort was compiled against, e.g. "2.1.5". */
   int gpu_count;                /**< GPUs this process sees (0 without GPU, driver or CUDA backend). */
   const char* gpu_note;         /**< Why gpu_count is 0 (e.g. the CUDA error), else "". */
+  int cuda_trains;              /**< 1 when models can compute on a GPU; 0 in this version: the CUDA backend
+                                     cannot train yet, so models compute on the CPU and GPUs serve
+                                     collectives of CUDA tensors only. */
 } cohort_build_info_t;
 
 /**

@@ -33,20 +33,21 @@
  * steady-state negotiation (the exchange of cache bits) uses the segment too.
  * `allreduce_shm_kb=0` uses MPI_Allreduce. Tensors in GPU memory (kDLCUDA) are moved
  * over NCCL: every collective, with scales, averages and f16/bf16 computed on the GPU.
- * The runtime must run on that GPU (device=auto or device=cuda: one GPU per rank, the
- * tensor on this rank's device); its NCCL communicator is created at the first device
- * collective, which every rank takes part in. Device collectives are not fused: each
- * runs as its own NCCL call, in place in the caller's memory (results of allgather,
- * alltoall and reducescatter are new device tensors). The caller's GPU work producing
- * an input must be complete (its stream synchronised) before submission; results are
- * complete when the request completes. Mixing host and device tensors under one name
- * across ranks is a ::COHORT_ERR_MISMATCH. A device tensor on a runtime without a
- * usable GPU (device=cpu, no GPU found, or cohort built without CUDA and NCCL) fails at
- * submission with ::COHORT_ERR_UNSUPPORTED, naming the tensor and what would work (host
- * memory); it is never copied to the host silently. If some rank cannot create NCCL
- * (for example it has joined and has no GPU), a device collective fails on every rank
- * with ::COHORT_ERR_UNSUPPORTED naming those ranks. Reducescatter of device tensors
- * needs a first dimension divisible by the number of ranks.
+ * The tensor must be on this rank's GPU, cohort_runtime_info_t::collective_device_id
+ * (device=auto picks cuda:local_rank when a GPU is visible; one GPU per rank); the
+ * runtime's NCCL communicator is created at the first device collective, which every
+ * rank takes part in. Device collectives are not fused: each runs as its own NCCL call,
+ * in place in the caller's memory (results of allgather, alltoall and reducescatter are
+ * new device tensors). The caller's GPU work producing an input must be complete (its
+ * stream synchronised) before submission; results are complete when the request
+ * completes. Mixing host and device tensors under one name across ranks is a
+ * ::COHORT_ERR_MISMATCH. A device tensor on a runtime without a usable GPU (device=cpu,
+ * no GPU found, or cohort built without CUDA and NCCL) fails at submission with
+ * ::COHORT_ERR_UNSUPPORTED, naming the tensor and what would work (host memory); it is
+ * never copied to the host silently. If some rank cannot create NCCL (for example it
+ * has joined and has no GPU), a device collective fails on every rank with
+ * ::COHORT_ERR_UNSUPPORTED naming those ranks. Reducescatter of device tensors needs a
+ * first dimension divisible by the number of ranks.
  *
  * Thread safety: submission functions and request functions may be called from any
  * thread; one request handle must not be used by two threads at once.

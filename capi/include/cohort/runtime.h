@@ -40,10 +40,12 @@ typedef struct cohort_runtime_info_t {
   int cross_rank;                   /**< Index of this node among nodes with this local_rank. */
   int cross_size;                   /**< Number of nodes with a rank of this local_rank. */
   int thread_budget;                /**< Threads this rank may use: cores / local ranks, or threads_per_rank. */
-  cohort_device_type_t device_type; /**< Compute device kind. */
-  int device_id;                    /**< CUDA device ordinal, or -1 for the CPU. */
+  cohort_device_type_t device_type; /**< Where models compute: the CPU in this version, GPUs or not. */
+  int device_id;                    /**< CUDA device ordinal models compute on, or -1 for the CPU. */
   int cuda_device_count;            /**< GPUs visible to this process (0 without GPU or without CUDA). */
   int mpi_thread_level;             /**< The thread level MPI provides (MPI_THREAD_*). */
+  int collective_device_id;         /**< CUDA ordinal that collectives of CUDA tensors (kDLCUDA) use on this
+                                         rank, or -1 when they cannot run (device=cpu, no GPU, or no CUDA). */
 } cohort_runtime_info_t;
 
 /**
@@ -53,8 +55,10 @@ typedef struct cohort_runtime_info_t {
  * @param[out] out Receives the runtime, owned by the caller (cohort_runtime_destroy()).
  * @return ::COHORT_ERR_INVALID_STATE after cohort_finalize() or once a peer was lost;
  *   ::COHORT_ERR_MPI if MPI cannot be initialized or provides less than
- *   MPI_THREAD_SERIALIZED; ::COHORT_ERR_UNSUPPORTED if `device=cuda` is asked for and no
- *   GPU is usable.
+ *   MPI_THREAD_SERIALIZED; ::COHORT_ERR_UNSUPPORTED if `device=cuda` is asked for: no GPU
+ *   is usable, or (in this version, whatever the GPUs) the CUDA backend cannot train yet.
+ *   With `device=auto` models compute on the CPU and a visible GPU serves collectives of
+ *   CUDA tensors (cohort_runtime_info_t::collective_device_id).
  */
 COHORT_API cohort_status_t cohort_runtime_create(const cohort_config_t* config, cohort_runtime_t** out);
 
@@ -87,7 +91,8 @@ COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, 
 COHORT_API cohort_status_t cohort_runtime_size(const cohort_runtime_t* runtime, int* size);
 
 /**
- * @brief The compute device as text: "cpu" or "cuda:N".
+ * @brief Where models compute, as text: "cpu" or "cuda:N" ("cpu" in this version: the
+ *        CUDA backend cannot train yet).
  * @param buffer, size, needed As cohort_config_get().
  */
 COHORT_API cohort_status_t cohort_runtime_device(const cohort_runtime_t* runtime, char* buffer, size_t size,

@@ -36,7 +36,7 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
   std::string name() const override { return cat("cuda:", device_); }
   std::unique_ptr<Plan> compile(const NetSpec&, const Bindings&, const PlanOptions&) override {
-    fail(Code::kUnsupported, "the CUDA backend cannot run networks yet; use device=cpu");
+    fail(Code::kUnsupported, kCudaCannotTrain, "; use device=cpu");
   }
 
  private:
@@ -56,5 +56,7 @@ std::shared_ptr<Backend> make_cuda_backend(int device) {
 }
 
 #endif
+
+bool cuda_backend_trains() { return false; }
 
 }  // namespace cohort::backend

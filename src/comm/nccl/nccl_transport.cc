@@ -86,25 +86,38 @@ NcclTransport::NcclTransport(MPI_Comm parent, int device)
 }
 
 NcclTransport::~NcclTransport() {
-  if (comm_) ncclCommDestroy(comm_);
+  if (comm_ && !aborted_) ncclCommDestroy(comm_);  // ncclCommAbort has freed an aborted one
   if (stream_) cudaStreamDestroy(stream_);
 }
 
 void NcclTransport::abort_waits() {
   control_->abort_waits();
+  if (aborted_.exchange(true)) return;
+  // From another thread while the engine thread may wait in cudaStreamSynchronize or
+  // inside an NCCL call on this communicator: ncclCommAbort stops the kernels that
+  // wait for a lost peer, so those waits return.
   if (comm_) ncclCommAbort(comm_);
-  comm_ = nullptr;
 }
 
-void NcclTransport::sync(const char* call) { cuda_check(cudaStreamSynchronize(stream_), call); }
+void NcclTransport::check_open(const char* call) const {
+  if (aborted_) fail(Code::kCancelled, call, " abandoned: the runtime is shutting down after an error");
+}
+
+void NcclTransport::sync(const char* call) {
+  cudaError_t rc = cudaStreamSynchronize(stream_);
+  check_open(call);  // an aborted communicator's kernels end early, with or without an error
+  cuda_check(rc, call);
+}
 
 void NcclTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
+  check_open("ncclAllReduce");
   if (count == 0) return;
   nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_), "ncclAllReduce");
   sync("ncclAllReduce");
 }
 
 void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) {
+  check_open("allgather");
   // NCCL has no allgatherv: one broadcast per rank, grouped.
   nccl_check(ncclGroupStart(), "ncclGroupStart");
   size_t offset = 0;
@@ -120,6 +133,7 @@ void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<s
 }
 
 void NcclTransport::broadcast(void* buf, size_t bytes, int root) {
+  check_open("ncclBroadcast");
   if (bytes == 0) return;
   nccl_check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
   sync("ncclBroadcast");
@@ -127,6 +141,7 @@ void NcclTransport::broadcast(void* buf, size_t bytes, int root) {
 
 void NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                               const std::vector<size_t>& recv_bytes) {
+  check_open("alltoall");
   nccl_check(ncclGroupStart(), "ncclGroupStart");
   size_t so = 0, ro = 0;
   for (int r = 0; r < size(); ++r) {
@@ -143,6 +158,7 @@ void NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_
 
 void NcclTransport::reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType t,
                                    kernels::Reduce op) {
+  check_open("ncclReduceScatter");
   for (size_t c : counts)
     if (c != counts.front())
       fail(Code::kUnsupported, "reducescatter of device tensors needs a first dimension divisible by the ranks");

@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
 
 #include "comm/mpi/mpi_transport.h"
@@ -43,15 +44,18 @@ class NcclTransport final : public Transport {
   Tensor allocate(const Shape& shape, DType t) override;
   void zero(void* buf, size_t bytes) override;
   void scale(void* buf, size_t count, DType t, double factor) override;
+  // Any thread: aborts the communicator (ncclCommAbort); later calls fail kCancelled.
   void abort_waits() override;
 
  private:
+  void check_open(const char* call) const;
   void sync(const char* call);
 
   std::unique_ptr<MpiTransport> control_;
   int device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace cohort::comm

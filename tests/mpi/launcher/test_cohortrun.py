@@ -270,6 +270,8 @@ class CheckBuild(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         for label in ("cohort", "MPI", "mpirun", "CUDA", "cuDNN", "NCCL", "oneDNN", "libjpeg-turbo", "GPUs"):
             self.assertRegex(r.stdout, rf"(?m)^{re.escape(label)}\s+\S")
+        # Where models compute, whatever GPUs the machine has.
+        self.assertRegex(r.stdout, r"(?m)^Compute\s+CPU \(oneDNN\)")
         self.assertRegex(r.stdout, r"(?m)^MPI\s+.*\(MPI standard \d+\.\d+\)$")
         self.assertRegex(r.stdout, r"(?m)^oneDNN\s+\d+\.\d+\.\d+")
 

@@ -843,6 +843,76 @@ TEST(CommEngine, HostOnOneRankAndDeviceOnAnotherIsAMismatchOnEveryRank) {
   EXPECT_EQ(calls, 0);
 }
 
+// A device transport whose allreduce never returns by itself, as NCCL's does not when
+// a peer is lost in the middle of it; only abort_waits() ends the wait.
+class HangingDeviceTransport final : public Transport {
+ public:
+  explicit HangingDeviceTransport(std::shared_ptr<LocalWorld> world) : inner_(std::move(world), 0) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  const char* name() const override { return "hanging-device"; }
+  bool supports(Device d) const override { return d.kind == Device::Kind::kCuda; }
+  void and_words(std::vector<uint64_t>& words) override { inner_.and_words(words); }
+  std::vector<std::string> allgather_bytes(const std::string& mine) override { return inner_.allgather_bytes(mine); }
+  void allreduce(void*, size_t, DType, kernels::Reduce) override {
+    std::unique_lock lock(mu_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return aborted_; });
+    fail(Code::kCancelled, "the hanging allreduce was aborted");
+  }
+  void allgatherv(const void*, void*, const std::vector<size_t>&) override {}
+  void broadcast(void*, size_t, int) override {}
+  void alltoallv(const void*, const std::vector<size_t>&, void*, const std::vector<size_t>&) override {}
+  void reduce_scatter(const void*, void*, const std::vector<size_t>&, DType, kernels::Reduce) override {}
+  void barrier() override {}
+  void abort_waits() override {
+    std::lock_guard lock(mu_);
+    aborted_ = true;
+    cv_.notify_all();
+  }
+  void wait_entered() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return entered_; });
+  }
+
+ private:
+  LocalTransport inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool entered_ = false, aborted_ = false;
+};
+
+TEST(CommEngine, AbortEndsAWaitInTheDeviceTransport) {
+  auto world = std::make_shared<LocalWorld>(1);
+  auto dev_world = std::make_shared<LocalWorld>(1);
+  std::atomic<HangingDeviceTransport*> device{nullptr};
+  DeviceTransportFactory f;
+  f.device = kGpu0;
+  f.create = [&] {
+    auto t = std::make_unique<HangingDeviceTransport>(dev_world);
+    device = t.get();
+    return t;
+  };
+  Engine engine(std::make_unique<LocalTransport>(world, 0), fast_options(), {}, f);
+  Tensor x = filled(DType::kF32, {4}, 0);
+  auto req = engine.submit(allreduce("dev.stuck", on_gpu(x)));
+  while (!device) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  device.load()->wait_entered();
+  engine.abort();
+  bool done = false;
+  for (int i = 0; i < 5000 && !(done = req->test()); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (!done) device.load()->abort_waits();  // let the engine thread finish, then fail
+  ASSERT_TRUE(done) << "Engine::abort did not reach the device transport";
+  EXPECT_EQ(req->status().code(), Code::kCancelled) << req->status().message();
+  try {
+    engine.submit(allreduce("after", x));
+    ADD_FAILURE() << "an aborted engine took a submission";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidState) << e.what();
+  }
+}
+
 TEST(CommEngine, SameNameTwiceWhilePendingFailsTheSecond) {
   EngineOptions o = fast_options();
   o.stall_shutdown_s = 0.3;

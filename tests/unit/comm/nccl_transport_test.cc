@@ -108,10 +108,9 @@ TEST(CommNccl, DeviceScaleMatchesTheHostKernelsForEveryDtype) {
 
 TEST(CommNccl, RuntimeRunsDeviceTensorsOnNcclAndHostTensorsOnMpi) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
-  Config config;
-  config.set("device", "cuda");
+  Config config;  // device=auto: a visible GPU serves collectives of CUDA tensors
   Runtime rt(config);
-  ASSERT_EQ(rt.device().kind, Device::Kind::kCuda);
+  ASSERT_EQ(rt.collective_gpu(), 0);  // DeviceCopy::view labels tensors cuda:0
   Engine& engine = rt.engine();
   const int n = rt.size();
   // Allreduce with average and scales in f32 and f16, out of place.
