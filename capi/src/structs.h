@@ -68,8 +68,7 @@ COHORT_STRUCT_FIELDS(cohort_build_info_t, COHORT_FIELD(cohort_build_info_t, coho
                      COHORT_FIELD(cohort_build_info_t, cudnn), COHORT_FIELD(cohort_build_info_t, nccl),
                      COHORT_FIELD(cohort_build_info_t, dnnl), COHORT_FIELD(cohort_build_info_t, dnnl_cpu_runtime),
                      COHORT_FIELD(cohort_build_info_t, jpeg_turbo), COHORT_FIELD(cohort_build_info_t, gpu_count),
-                     COHORT_FIELD(cohort_build_info_t, gpu_note),
-                     COHORT_FIELD(cohort_build_info_t, cuda_trains));
+                     COHORT_FIELD(cohort_build_info_t, gpu_note), COHORT_FIELD(cohort_build_info_t, cuda_trains));
 COHORT_STRUCT_FIELDS(cohort_gpu_info_t, COHORT_FIELD(cohort_gpu_info_t, name),
                      COHORT_FIELD(cohort_gpu_info_t, pci_bus_id), COHORT_FIELD(cohort_gpu_info_t, total_memory),
                      COHORT_FIELD(cohort_gpu_info_t, compute_major), COHORT_FIELD(cohort_gpu_info_t, compute_minor),
