@@ -14,6 +14,7 @@
 #include "models/zoo.h"
 #include "runtime/mpi_process.h"
 #include "shim.h"
+#include "train/instrument.h"
 
 using namespace cohort;
 using capi::guard;
@@ -31,7 +32,7 @@ std::unique_ptr<cohort_model_t> new_model(cohort_runtime_t* runtime, const Confi
   auto m = std::make_unique<cohort_model_t>();
   m->runtime = runtime->runtime;
   m->layout = cfg.get_string("data_format") == "NHWC" ? Layout::kNHWC : Layout::kNCHW;
-  m->seed = static_cast<uint64_t>(cfg.get_int("seed"));
+  m->seed = instrument::init_seed(cfg, static_cast<uint64_t>(cfg.get_int("seed")));
   return m;
 }
 

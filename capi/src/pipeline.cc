@@ -9,12 +9,14 @@
 #include "handles.h"
 #include "runtime/mpi_process.h"
 #include "shim.h"
+#include "train/instrument.h"
 
 struct cohort_pipeline_t {
   std::shared_ptr<cohort::Runtime> runtime;  // keeps the runtime alive; may be null
   cohort::data::PipelineOptions options;
   std::shared_ptr<cohort::data::Source> source;
   std::unique_ptr<cohort::data::Pipeline> pipeline;
+  std::unique_ptr<cohort::instrument::PipelineTrace> trace;  // instrument_dir only
   int64_t image_shape[4] = {0, 0, 0, 0};
   int64_t batch_shape[1] = {0};
 };
@@ -38,6 +40,10 @@ data::PipelineOptions options_for(const cohort_runtime_t* rt, const cohort_confi
 }
 
 void start(cohort_pipeline_t& p) { p.pipeline = std::make_unique<data::Pipeline>(p.options, p.source); }
+
+void trace(cohort_pipeline_t& p, const cohort_config_t* config) {
+  p.trace = instrument::PipelineTrace::make(config ? config->config : Config{}, p.options, p.source->size());
+}
 
 DLTensor view(const Tensor& t, int64_t* shape) {
   DLTensor d = t.dlpack_view();
@@ -78,6 +84,7 @@ COHORT_API cohort_status_t cohort_pipeline_create(const cohort_runtime_t* runtim
     p->options = options_for(runtime, config);
     p->source = data::open_source(p->options.source);
     start(*p);
+    trace(*p, config);
     *out = p.release();
   });
 }
@@ -97,6 +104,7 @@ COHORT_API cohort_status_t cohort_pipeline_create_from_memory(const cohort_runti
     p->options = options_for(runtime, config);
     p->source = data::memory_source(*images, *labels, p->options.source);
     start(*p);
+    trace(*p, config);
     *out = p.release();
   });
 }
@@ -115,6 +123,7 @@ COHORT_API cohort_status_t cohort_pipeline_next(cohort_pipeline_t* pipeline, coh
     capi::check_struct_size(batch->struct_size, sizeof(cohort_batch_t), "cohort_batch_t");
     cohort_pipeline_t& p = const_cast<cohort_pipeline_t&>(live(pipeline));
     const data::BatchView& b = p.pipeline->next();
+    if (p.trace) p.trace->batch(b.epoch, b.step, b.valid);
     cohort_batch_t full{};
     full.struct_size = batch->struct_size;
     full.images = view(b.images, p.image_shape);

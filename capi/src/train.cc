@@ -20,6 +20,7 @@
 #include "train/checkpoint.h"
 #include "train/engine_collectives.h"
 #include "train/evaluation.h"
+#include "train/instrument.h"
 #include "train/metrics.h"
 #include "train/run_summary.h"
 
@@ -37,6 +38,7 @@ struct cohort_optimizer_t {
   std::unique_ptr<EngineCollectives> comm;
   std::unique_ptr<DistributedOptimizer> dist;
   std::optional<LrSchedule> schedule;
+  std::unique_ptr<instrument::OptimizerTrace> trace;  // instrument_dir only
 
   const LrSchedule& lr_schedule() {
     if (!schedule) schedule.emplace(LrScheduleOptions::from_config(config, global_batch, steps_per_epoch, total_steps));
@@ -151,6 +153,9 @@ COHORT_API cohort_status_t cohort_optimizer_create(cohort_model_t* model, const 
       if (o->config.get_float("warmup_epochs") == 0 && o->config.get_string("lr_schedule") == "constant") throw;
       o->schedule.reset();
     }
+    std::vector<Tensor> traced;
+    for (const Parameter& p : model->graph->params()) traced.push_back(p.value);
+    o->trace = instrument::OptimizerTrace::make(o->config, *model->runtime, std::move(traced));
     model->grad_ready = grad_ready_hook;
     model->grad_ready_user = o.get();
     *out = o.release();
@@ -215,6 +220,7 @@ COHORT_API cohort_status_t cohort_model_train_step(cohort_model_t* model, cohort
     require(batch->valid >= 0 && batch->valid <= rows, "batch->valid is ", batch->valid, " but the batch has ", rows,
             " rows");
     const double lr = o.lr_schedule().lr_at(o.optimizer->steps());
+    if (o.trace) o.trace->before_step(lr);
     float loss = 0;
     model->graph->set_step(
         static_cast<uint64_t>(o.optimizer->steps() * o.dist->options().backward_passes_per_step + o.dist->pass()));
@@ -230,6 +236,7 @@ COHORT_API cohort_status_t cohort_model_train_step(cohort_model_t* model, cohort
     const bool last_pass = o.dist->step(lr);
     const double wait_s = o.comm->take_wait_seconds();
     const double update_s = since(update_start) - wait_s;
+    if (o.trace) o.trace->after_step(loss, batch->valid, since(start));
     if (stats) {
       cohort_train_stats_t full{};
       full.loss = loss;
