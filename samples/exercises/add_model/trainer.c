@@ -66,14 +66,13 @@ fail:
   return s;
 }
 
-/* The models this trainer knows. */
+/* The models this trainer knows (step 3 of README.md: add alexnet_owt here). */
 static const struct {
   const char* name;
   build_fn build;
 } kModels[] = {
     {"mnist_cnn", build_mnist_cnn}, /* the labs' Fashion-MNIST CNN */
     {"trivial", build_trivial},     /* global average pool and one dense layer */
-    /* Step 3 of README.md: add alexnet_owt here. */
 };
 #define NUM_MODELS (sizeof kModels / sizeof kModels[0])
 
