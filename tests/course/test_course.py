@@ -7,6 +7,7 @@
   Mutation LANG K  the solution with TODO K undone fails on exactly the items it breaks
   AddModel         the add-a-model exercise fails until alexnet_owt is added
   Throughput       the solution's np=2 throughput is >= 1.6x np=1 (perf: a timed run)
+  Labs             the notebooks' helpers (cohort.labs): datasets, allreduce_perf's table
 
 Functional groups run the checker with --throughput=skip: throughput depends on how
 busy the machine is; its grading logic is covered by Grading, and the timed check by
@@ -150,6 +151,37 @@ class Throughput(unittest.TestCase):
                                     "--test-samples", "2000")
         print(text)
         self.assertEqual(items["throughput"]["status"], "PASS", text)
+
+
+class Labs(unittest.TestCase):
+    def test_allreduce_perf_table(self):
+        import cohort.labs
+        lines = ["# cohort 0.1.0, 2 ranks, collective allreduce",
+                 "#       size         count      type   redop   root     time   algbw   busbw #wrong",
+                 "           8             2     float     sum     -1     6.66    0.00    0.00      0     4.39    0.00"
+                 "    0.00      0     0.24    0.03   0.06",
+                 "      524288        131072     float     sum     -1    40.20   13.04   13.04      0    28.66   18.29"
+                 "   18.29      0    53.80    9.75   1.88",
+                 "# Avg bus bandwidth    : 3.65072 "]
+        rows = cohort.labs.parse_allreduce_perf(lines)
+        self.assertEqual([r["size"] for r in rows], [8, 524288])
+        self.assertEqual((rows[1]["busbw"], rows[1]["inplace_busbw"], rows[1]["raw_busbw"], rows[1]["ratio"]),
+                         (13.04, 18.29, 9.75, 1.88))
+        self.assertEqual((rows[0]["type"], rows[0]["wrong"]), ("float", 0))
+
+    def test_datasets(self):
+        import cohort
+        import cohort.labs
+        with tempfile.TemporaryDirectory() as d:
+            self.assertEqual(cohort.labs.fashion_mnist_subset(os.path.join(d, "f"), 100, 30),
+                             {"train": 100, "t10k": 30})
+            self.assertEqual(cohort.data_inspect(os.path.join(d, "f"), 0)[:2], ["source: idx", "samples: 100"])
+            cohort.labs.photo_folder(os.path.join(d, "p"), images=8, classes=2)
+            written, _ = cohort.data_pack(os.path.join(d, "p"), os.path.join(d, "r"))
+            self.assertEqual(written, 8)
+            broken, _ = cohort.data_verify(os.path.join(d, "r"))
+            self.assertEqual(broken, 0)
+        self.assertTrue(os.access(cohort.find_program("cohort-train"), os.X_OK))
 
 
 # ---- grading on made-up runs ----

@@ -3,12 +3,12 @@ group: `python3 test_binding.py GROUP`. Multi-rank groups run under mpirun -np 2
 rank runs the tests). Needs NumPy (Debian: python3-numpy).
 
 Environment: COHORT_INCLUDE_DIR, the headers the completeness test reads;
-COHORT_TEST_DATA, a scratch directory; COHORT_CHECKER_DIR, where cohort_check.py (the
-Fashion-MNIST subset writer) lives."""
-import ctypes
+COHORT_TEST_DATA, a scratch directory."""
+import atexit
 import gc
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,17 +24,16 @@ import cohort
 from cohort import _capi, errors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.environ.get("COHORT_CHECKER_DIR", ""))
 INCLUDE = os.environ.get("COHORT_INCLUDE_DIR", os.path.join(HERE, "..", "..", "capi", "include"))
 
 
 def fashion_subset(train=2048, test=512):
     """A Fashion-MNIST subset as IDX files (made once per process, in a temp dir)."""
-    import cohort_check
     global _DATA
     if _DATA is None:
         _DATA = tempfile.mkdtemp(prefix="cohort-binding-", dir=os.environ.get("COHORT_TEST_DATA"))
-        cohort_check.make_dataset(_DATA, train, test)
+        atexit.register(shutil.rmtree, _DATA, True)
+        cohort.labs.fashion_mnist_subset(_DATA, train, test)
     return _DATA
 
 
@@ -287,7 +286,6 @@ class Lifetime(unittest.TestCase):
         self.assertIn("COHORT_LIBRARY: /nonexistent/libcohort.so.0 (no such file)", out)
         # A copy of the package without its build tree's _build_config.py, and no
         # COHORT_LIBRARY: only the system linker path is left.
-        import shutil
         with tempfile.TemporaryDirectory() as d:
             package = os.path.dirname(cohort.__file__)
             shutil.copytree(package, os.path.join(d, "cohort"),

@@ -24,14 +24,15 @@ from .errors import (CancelledError, CohortError, CohortIOError, CorruptDataErro
                      CUDNNError, DNNLError, EndOfDataError, InternalError, InvalidArgumentError, InvalidStateError,
                      JPEGError, MismatchError, MPIError, NCCLError, OutOfMemoryError, PeerLostError, StalledError,
                      UnsupportedError)
-from .launch import (CohortRunError, find_cohortrun, format_table, is_summary_line, options_to_args, run,
-                     sweep)
-from .plots import plot_ratio, plot_real_vs_synthetic, plot_scaling_efficiency
+from .launch import (CohortRunError, find_cohortrun, find_program, format_table, is_summary_line, options_to_args,
+                     run, sweep)
+from . import labs
+from .plots import plot_bandwidth, plot_ratio, plot_real_vs_synthetic, plot_scaling_efficiency
 
 __all__ = [
     # the notebook helper
-    "CohortRunError", "find_cohortrun", "format_table", "is_summary_line", "options_to_args", "run", "sweep",
-    "plot_ratio", "plot_real_vs_synthetic", "plot_scaling_efficiency",
+    "CohortRunError", "find_cohortrun", "find_program", "format_table", "is_summary_line", "options_to_args", "run", "sweep",
+    "plot_bandwidth", "plot_ratio", "plot_real_vs_synthetic", "plot_scaling_efficiency", "labs",
     # the binding
     "Batch", "Config", "Metrics", "Model", "Optimizer", "Parameter", "Pipeline", "Record", "Request", "Runtime",
     "ManagedTensor", "TensorView", "LibraryNotFound", "build_info", "data_inspect", "data_pack", "data_verify",

@@ -19,20 +19,18 @@ Exit status: 0 when every item passes (or is skipped), 1 when one fails, 2 for b
 or when the program cannot be built.
 """
 import argparse
-import gzip
 import json
-import math
 import os
 import shlex
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
 
 import cohort
+import cohort.labs
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST = cohort.labs.FASHION_MNIST
 ALEXNET_OWT_PARAMS = 61_100_840
 
 # ---- results ----
@@ -137,38 +135,12 @@ def _env_for_children():
     return env
 
 
-# ---- the dataset: a Fashion-MNIST subset as IDX files ----
-
-
-def _idx_subset(source, target, count):
-    opener = gzip.open if source.endswith(".gz") else open
-    with opener(source, "rb") as f:
-        magic = f.read(4)
-        ndim = magic[3]
-        dims = list(struct.unpack(">" + "I" * ndim, f.read(4 * ndim)))
-        count = min(count, dims[0])
-        per_item = math.prod(dims[1:])
-        body = f.read(count * per_item)
-    dims[0] = count
-    with open(target, "wb") as f:
-        f.write(magic + struct.pack(">" + "I" * ndim, *dims) + body)
-    return count
-
-
 def make_dataset(directory, train, test, source=FASHION_MNIST):
     """The first `train` and `test` samples of Fashion-MNIST, as IDX files in `directory`."""
-    os.makedirs(directory, exist_ok=True)
-    sizes = {}
-    for split, count in (("train", train), ("t10k", test)):
-        for kind in ("images-idx3", "labels-idx1"):
-            name = f"{split}-{kind}-ubyte"
-            src = next((os.path.join(source, n) for n in (name + ".gz", name)
-                        if os.path.exists(os.path.join(source, n))), None)
-            if src is None:
-                raise UsageError(f"Fashion-MNIST is not in {source} (Debian: apt install dataset-fashion-mnist; "
-                                 "or --data-source DIR)")
-            sizes[split] = _idx_subset(src, os.path.join(directory, name), count)
-    return sizes
+    try:
+        return cohort.labs.fashion_mnist_subset(directory, train, test, source)
+    except FileNotFoundError as e:
+        raise UsageError(f"{e}; or --data-source DIR") from None
 
 
 # ---- running under cohortrun ----
