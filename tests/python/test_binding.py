@@ -335,6 +335,36 @@ class Train(unittest.TestCase):
                 np.testing.assert_array_equal(everyone[r], w.reshape(-1))
 
 
+def read_records(directory):
+    import json
+    records = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name)) as f:
+            records[name] = [json.loads(line) for line in f]
+    return records
+
+
+class Instrument(unittest.TestCase):
+    """instrument_dir: what a run records for the course checker."""
+
+    def test_a_run_records_parameters_samples_and_rates(self):
+        with tempfile.TemporaryDirectory() as d:
+            with cohort.Runtime(log_level="error", instrument_dir=d) as rt:
+                model, opt, losses = train_mnist(rt, steps=70)  # one epoch of 2048 is 64 steps of 32
+            records = read_records(d)
+        self.assertEqual(list(records), ["rank-0.jsonl"])
+        events = {r["event"]: r for r in records["rank-0.jsonl"]}
+        self.assertEqual(set(events), {"first_step", "end", "pipeline"})
+        start, end, pipe = events["first_step"], events["end"], events["pipeline"]
+        self.assertEqual((start["runtime_size"], start["lr"], start["base_lr"]), (1, 0.05, 0.05))
+        self.assertNotEqual(start["params_crc32c"], end["params_crc32c"])
+        self.assertEqual((end["steps"], end["images"], end["measured_images"]), (70, 70 * 32, 65 * 32))
+        self.assertAlmostEqual(end["last_loss"], losses[-1], places=5)
+        self.assertEqual((pipe["split"], pipe["dataset_size"], pipe["first_epoch_samples"]), ("train", 2048, 2048))
+        self.assertEqual(pipe["first_epoch_bitmap"], "ff" * 256)  # every sample once in epoch 0
+        self.assertEqual(pipe["first_epoch_repeated"], 0)
+
+
 class MultiRank(unittest.TestCase):
     """Collectives and their errors at np=2."""
 
@@ -370,6 +400,28 @@ class MultiRank(unittest.TestCase):
         np.testing.assert_array_equal(a, [2, 2])
         np.testing.assert_array_equal(b, [2, 2, 2])
         rt.collective_barrier()
+
+    def test_world_process_is_this_process_alone(self):
+        with cohort.Runtime(log_level="error", world="process") as alone:
+            self.assertEqual((alone.rank, alone.size, alone.local_size), (0, 1, 1))
+            x = np.ones(2, np.float32)
+            np.testing.assert_array_equal(alone.allreduce(x, "mr/alone"), [1, 1])
+        self.assertEqual(self.rt.size, 2)
+
+    def test_instrumented_ranks_start_apart_until_a_broadcast(self):
+        with tempfile.TemporaryDirectory() as d:
+            d = self.rt.broadcast(np.frombuffer(d.encode().ljust(256, b"\0"), np.uint8).copy(), "mr/dir", 0)
+            directory = d.tobytes().rstrip(b"\0").decode()
+            with cohort.Runtime(log_level="error", instrument_dir=directory) as rt:
+                model = cohort.Model(rt, "mnist_cnn")
+                w = model.param(0).value.numpy()
+                both = rt.allgather(w.reshape(1, -1).copy(), "mr/w0")
+                self.assertFalse(np.array_equal(both[0], both[1]))  # seed + 7919 x rank
+                opt = cohort.Optimizer(model)
+                opt.broadcast(0)
+                both = rt.allgather(w.reshape(1, -1).copy(), "mr/w1")
+                np.testing.assert_array_equal(both[0], both[1])
+            self.rt.barrier()
 
     def test_mismatch(self):
         x = np.zeros(3 + self.rt.rank, dtype=np.float32)
