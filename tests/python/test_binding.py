@@ -126,8 +126,8 @@ class Completeness(unittest.TestCase):
         self.assertIs(type(errors.error_from_status(999, "x")), cohort.CohortError)
 
 
-class Errors(unittest.TestCase):
-    """The error classes a single process can provoke, raised by real calls."""
+class WithRuntime(unittest.TestCase):
+    """Tests sharing one runtime of this process."""
 
     @classmethod
     def setUpClass(cls):
@@ -136,6 +136,10 @@ class Errors(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.rt.close()
+
+
+class Errors(WithRuntime):
+    """The error classes a single process can provoke, raised by real calls."""
 
     def assertRaisesStatus(self, cls, fn, *args, text=None, **kwargs):
         with self.assertRaises(cls) as ctx:
@@ -179,16 +183,8 @@ class Errors(unittest.TestCase):
                                     data_source="idx")
 
 
-class DLPack(unittest.TestCase):
+class DLPack(WithRuntime):
     """Batches, parameters and results reach NumPy without copies, and arrays go in."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.rt = cohort.Runtime(log_level="error")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.rt.close()
 
     def test_parameters_are_the_models_memory(self):
         with cohort.Model(self.rt, "mnist_cnn") as m:

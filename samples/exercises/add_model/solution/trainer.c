@@ -18,18 +18,19 @@
 
 #include <cohort/cohort.h>
 
-typedef cohort_status_t (*build_fn)(cohort_runtime_t* rt, const cohort_config_t* cfg, cohort_model_t** out);
+/* A model's layers, appended to `m`: a network that so far has only its input (see the
+ * model table below for each model's input shape). */
+typedef cohort_status_t (*build_fn)(cohort_model_t* m);
 
-/* Adds one layer after the previous one (NULL inputs: the last layer added). */
-#define LAYER(kind, name, params) \
-  if ((s = cohort_model_add_layer(m, kind, name, NULL, 0, params, NULL)) != COHORT_OK) goto fail
+/* Appends one layer after the previous one (NULL inputs: the last layer added). */
+#define LAYER(kind, name, params)                                                      \
+  do {                                                                                 \
+    cohort_status_t s_ = cohort_model_add_layer(m, kind, name, NULL, 0, params, NULL); \
+    if (s_ != COHORT_OK) return s_;                                                    \
+  } while (0)
 
-/* The labs' Fashion-MNIST CNN: 1x28x28 in, 10 classes, 1,199,882 parameters. */
-static cohort_status_t build_mnist_cnn(cohort_runtime_t* rt, const cohort_config_t* cfg, cohort_model_t** out) {
-  const int64_t input[3] = {1, 28, 28};
-  cohort_model_t* m = NULL;
-  cohort_status_t s = cohort_model_create_custom(rt, cfg, input, 3, &m);
-  if (s != COHORT_OK) return s;
+/* The labs' Fashion-MNIST CNN: 10 classes, 1,199,882 parameters. */
+static cohort_status_t build_mnist_cnn(cohort_model_t* m) {
   LAYER("conv", "conv1", "out=32 kernel=3");
   LAYER("relu", "relu1", "");
   LAYER("conv", "conv2", "out=64 kernel=3");
@@ -40,37 +41,21 @@ static cohort_status_t build_mnist_cnn(cohort_runtime_t* rt, const cohort_config
   LAYER("relu", "relu3", "");
   LAYER("dense", "fc2", "out=10");
   LAYER("softmax_xent", "loss", "");
-  *out = m;
   return COHORT_OK;
-fail:
-  cohort_model_destroy(m);
-  return s;
 }
 
-/* As cheap as a model can be: 3x224x224 in, 1000 classes, so that the input decides. */
-static cohort_status_t build_trivial(cohort_runtime_t* rt, const cohort_config_t* cfg, cohort_model_t** out) {
-  const int64_t input[3] = {3, 224, 224};
-  cohort_model_t* m = NULL;
-  cohort_status_t s = cohort_model_create_custom(rt, cfg, input, 3, &m);
-  if (s != COHORT_OK) return s;
+/* As cheap as a model can be (1000 classes), so that the input decides the speed. */
+static cohort_status_t build_trivial(cohort_model_t* m) {
   LAYER("global_avg_pool", "pool", "");
   LAYER("flatten", "flatten", "");
   LAYER("dense", "fc", "out=1000");
   LAYER("softmax_xent", "loss", "");
-  *out = m;
   return COHORT_OK;
-fail:
-  cohort_model_destroy(m);
-  return s;
 }
 
-/* AlexNet as torchvision builds it ("one weird trick", arXiv 1404.5997): 3x224x224 in,
- * 1000 classes, 61,100,840 parameters. */
-static cohort_status_t build_alexnet_owt(cohort_runtime_t* rt, const cohort_config_t* cfg, cohort_model_t** out) {
-  const int64_t input[3] = {3, 224, 224};
-  cohort_model_t* m = NULL;
-  cohort_status_t s = cohort_model_create_custom(rt, cfg, input, 3, &m);
-  if (s != COHORT_OK) return s;
+/* AlexNet as torchvision builds it ("one weird trick", arXiv 1404.5997): 1000 classes,
+ * 61,100,840 parameters. */
+static cohort_status_t build_alexnet_owt(cohort_model_t* m) {
   LAYER("conv", "features.0", "out=64 kernel=11 stride=4 pad=2");
   LAYER("relu", "features.1", "");
   LAYER("max_pool", "features.2", "kernel=3 stride=2");
@@ -93,21 +78,18 @@ static cohort_status_t build_alexnet_owt(cohort_runtime_t* rt, const cohort_conf
   LAYER("relu", "classifier.5", "");
   LAYER("dense", "classifier.6", "out=1000");
   LAYER("softmax_xent", "loss", "");
-  *out = m;
   return COHORT_OK;
-fail:
-  cohort_model_destroy(m);
-  return s;
 }
 
 /* The models this trainer knows. */
 static const struct {
   const char* name;
+  int64_t input[3]; /* one sample: channels, height, width */
   build_fn build;
 } kModels[] = {
-    {"mnist_cnn", build_mnist_cnn},     /* the labs' Fashion-MNIST CNN */
-    {"trivial", build_trivial},         /* global average pool and one dense layer */
-    {"alexnet_owt", build_alexnet_owt}, /* torchvision's AlexNet */
+    {"mnist_cnn", {1, 28, 28}, build_mnist_cnn},       /* the labs' Fashion-MNIST CNN */
+    {"trivial", {3, 224, 224}, build_trivial},         /* global average pool and one dense layer */
+    {"alexnet_owt", {3, 224, 224}, build_alexnet_owt}, /* torchvision's AlexNet */
 };
 #define NUM_MODELS (sizeof kModels / sizeof kModels[0])
 
@@ -115,7 +97,9 @@ static const struct {
 static int build_model(cohort_runtime_t* rt, const cohort_config_t* cfg, const char* name, cohort_model_t** out) {
   for (size_t i = 0; i < NUM_MODELS; ++i) {
     if (strcmp(kModels[i].name, name) != 0) continue;
-    if (kModels[i].build(rt, cfg, out) == COHORT_OK) return 0;
+    if (cohort_model_create_custom(rt, cfg, kModels[i].input, 3, out) == COHORT_OK &&
+        kModels[i].build(*out) == COHORT_OK)
+      return 0;
     fprintf(stderr, "trainer: building %s: %s\n", name, cohort_last_error());
     return 1;
   }
