@@ -249,6 +249,17 @@ class DLPack(WithRuntime):
         with self.assertRaises(ValueError):
             self.rt.allreduce(np.zeros((4, 4), np.float32)[:, ::2], "dlpack/strided")
 
+    def test_gradient_ready_callback(self):
+        with cohort.Model(self.rt, "mnist_cnn") as m:
+            ready = []
+            m.set_grad_ready(ready.append)
+            m.forward_backward(np.random.rand(2, 1, 28, 28).astype(np.float32), np.zeros(2, np.int32))
+            self.assertEqual(sorted(ready), list(range(m.num_tensors)))
+            self.assertGreaterEqual(ready[0], m.num_tensors - 2)  # the last layer's gradients first
+            m.set_grad_ready(None)
+            m.forward_backward(np.random.rand(2, 1, 28, 28).astype(np.float32), np.zeros(2, np.int32))
+            self.assertEqual(len(ready), m.num_tensors)
+
     def test_results_are_handed_over(self):
         x = np.arange(6, dtype=np.int64).reshape(3, 2)
         gathered = self.rt.allgather(x, "dlpack/gather")
@@ -301,6 +312,10 @@ class Lifetime(unittest.TestCase):
         rest = cfg.parse_args(["prog", "--seed=7", "extra"])
         self.assertEqual((rest, cfg["seed"]), (["prog", "extra"], 7))
         self.assertIn("batch_size", cohort.option_names())
+        self.assertTrue(cohort.build_info().dnnl)
+        if cohort.build_info().gpu_count == 0:
+            with self.assertRaises(cohort.InvalidArgumentError):
+                cohort.gpu_info(0)
         self.assertEqual(cohort.describe_option("batch_size").type, "int")
         self.assertEqual(cohort.version_string().count("."), 2)
 
@@ -324,6 +339,17 @@ class Train(unittest.TestCase):
             first, last = np.mean(losses[:10]), np.mean(losses[-10:])
             self.assertLess(last, 0.75 * first, losses)
             opt.check_consistency()  # parameters agree on every rank
+            with tempfile.TemporaryDirectory() as d:
+                d = rt.broadcast(np.frombuffer(d.encode().ljust(256, b"\0"), np.uint8).copy(), "train/dir", 0)
+                directory = d.tobytes().rstrip(b"\0").decode()
+                opt.save_checkpoint(directory, epoch=1, pipeline_epoch=0, pipeline_step=60)
+                saved = model.param(0).value.numpy().copy()
+                model.param(0).value.numpy()[...] = 0
+                info = opt.load_checkpoint(directory)
+                self.assertEqual((info.epoch, info.step, info.pipeline_step), (1, len(losses), 60))
+                np.testing.assert_array_equal(model.param(0).value.numpy(), saved)
+                self.assertIsNone(opt.load_checkpoint(os.path.join(directory, "empty")))
+                rt.barrier()
             self.assertEqual(opt.steps, len(losses))
             w = np.from_dlpack(model.param(0).value)
             everyone = rt.allgather(w.reshape(1, -1).copy(), "train/params")
