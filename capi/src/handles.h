@@ -9,6 +9,7 @@
 #include "core/config.h"
 #include "data/pipeline.h"
 #include "runtime/runtime.h"
+#include "train/instrument.h"
 #include "train/model.h"
 
 struct cohort_config_t {
@@ -29,6 +30,7 @@ struct cohort_pipeline_t {
   cohort::data::PipelineOptions options;
   std::shared_ptr<cohort::data::Source> source;
   std::unique_ptr<cohort::data::Pipeline> pipeline;
+  std::unique_ptr<cohort::instrument::PipelineTrace> trace;  // instrument_dir only
   int64_t image_shape[4] = {0, 0, 0, 0};
   int64_t batch_shape[1] = {0};
 };

@@ -10,6 +10,7 @@
 #include "shim.h"
 #include "structs.h"
 #include "train/model_data.h"
+#include "train/instrument.h"
 
 using namespace cohort;
 using capi::guard;
@@ -30,6 +31,11 @@ data::PipelineOptions options_for(const cohort_runtime_t* rt, const cohort_confi
 }
 
 void start(cohort_pipeline_t& p) { p.pipeline = std::make_unique<data::Pipeline>(p.options, p.source); }
+
+// Records what the pipeline delivers when the option instrument_dir is set.
+void trace(cohort_pipeline_t& p, const Config& config) {
+  p.trace = instrument::PipelineTrace::make(config, p.options, p.source->size());
+}
 
 DLTensor view(const Tensor& t, int64_t* shape) {
   DLTensor d = t.dlpack_view();
@@ -61,6 +67,7 @@ COHORT_API cohort_status_t cohort_pipeline_create(const cohort_runtime_t* runtim
     p->options = options_for(runtime, config);
     p->source = data::open_source(p->options.source);
     start(*p);
+    trace(*p, config ? config->config : Config{});
     *out = p.release();
   });
 }
@@ -74,10 +81,12 @@ COHORT_API cohort_status_t cohort_pipeline_create_for_model(const struct cohort_
     mpi_process::check_not_poisoned();
     auto p = std::make_unique<cohort_pipeline_t>();
     p->runtime = m.runtime_ptr();
-    p->options = train::pipeline_options_for(m, config ? config->config : m.runtime().config());
+    const Config& cfg = config ? config->config : m.runtime().config();
+    p->options = train::pipeline_options_for(m, cfg);
     p->source = data::open_source(p->options.source);
     start(*p);
     train::check_pipeline_fits(m, *p->pipeline);
+    trace(*p, cfg);
     *out = p.release();
   });
 }
@@ -97,6 +106,7 @@ COHORT_API cohort_status_t cohort_pipeline_create_from_memory(const cohort_runti
     p->options = options_for(runtime, config);
     p->source = data::memory_source(*images, *labels, p->options.source);
     start(*p);
+    trace(*p, config ? config->config : Config{});
     *out = p.release();
   });
 }
@@ -114,6 +124,7 @@ COHORT_API cohort_status_t cohort_pipeline_next(cohort_pipeline_t* pipeline, coh
     // Checked before the batch is taken, so a bad struct consumes nothing.
     capi::check_struct_size<cohort_batch_t>(need(batch, "batch")->struct_size, "batch");
     const data::BatchView& b = capi::pipeline_of(pipeline).next();
+    if (pipeline->trace) pipeline->trace->batch(b.epoch, b.step, b.valid);
     cohort_batch_t full{};
     full.images = view(b.images, pipeline->image_shape);
     pipeline->batch_shape[0] = b.labels.dim(0);

@@ -30,7 +30,9 @@ Runtime::Runtime(const Config& config) : config_(config) {
 
   mpi_process::ensure_initialized();
   try {
-    mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &world_), "MPI_Comm_dup(MPI_COMM_WORLD)");
+    const bool whole_job = config_.get_string("world") == "job";
+    mpi_check(MPI_Comm_dup(whole_job ? MPI_COMM_WORLD : MPI_COMM_SELF, &world_),
+              whole_job ? "MPI_Comm_dup(MPI_COMM_WORLD)" : "MPI_Comm_dup(MPI_COMM_SELF)");
     MPI_Comm_set_errhandler(world_, MPI_ERRORS_RETURN);
     mpi_check(MPI_Comm_rank(world_, &layout_.rank), "MPI_Comm_rank");
     mpi_check(MPI_Comm_size(world_, &layout_.size), "MPI_Comm_size");

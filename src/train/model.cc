@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "models/zoo.h"
+#include "train/instrument.h"
 
 namespace cohort::train {
 namespace {
@@ -30,7 +31,7 @@ void check_host_compact(const Tensor& t, const char* what, DType dtype, const ch
 Model::Model(std::shared_ptr<Runtime> runtime, std::string name, std::unique_ptr<Graph> graph, const Config& config)
     : runtime_(std::move(runtime)), name_(std::move(name)), graph_(std::move(graph)) {
   layout_ = config.get_string("data_format") == "NHWC" ? Layout::kNHWC : Layout::kNCHW;
-  seed_ = static_cast<uint64_t>(config.get_int("seed"));
+  seed_ = instrument::init_seed(config, static_cast<uint64_t>(config.get_int("seed")));
   graph_->set_backend(make_backend(*runtime_, config));
   graph_->set_dropout_seed(seed_);
   graph_->add_grad_ready([this](int index, const Parameter&) {

@@ -65,6 +65,9 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(st
     if (config_.get_float("warmup_epochs") == 0 && config_.get_string("lr_schedule") == "constant") throw;
     schedule_.reset();
   }
+  std::vector<Tensor> traced;
+  for (const Parameter& p : model_->graph().params()) traced.push_back(p.value);
+  trace_ = instrument::OptimizerTrace::make(config_, rt, std::move(traced));
   hook_token_ = model_->set_grad_ready([this](size_t index) { dist_->gradient_ready(index); });
 }
 
@@ -114,6 +117,7 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
   require(valid >= 0 && valid <= rows, "batch->valid is ", valid, " but the batch has ", rows, " rows");
   StepStats st;
   st.lr = next_lr();
+  if (trace_) trace_->before_step(st.lr);
   st.images = rows;
   st.valid = valid;
   Graph& graph = model_->graph();
@@ -133,6 +137,7 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
   st.step = optimizer_->steps();
   st.updated = last_pass && !dist_->last_step_skipped();
   st.total_s = since(start);
+  if (trace_) trace_->after_step(st.loss, valid, st.total_s);
   return st;
 }
 

@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/engine_collectives.h"
+#include "train/instrument.h"
 #include "train/model.h"
 
 namespace cohort::train {
@@ -94,6 +95,7 @@ class Trainer {
   std::unique_ptr<DistributedOptimizer> dist_;
   std::optional<LrSchedule> schedule_;
   uint64_t hook_token_ = 0;
+  std::unique_ptr<instrument::OptimizerTrace> trace_;  // instrument_dir only
 };
 
 }  // namespace cohort::train

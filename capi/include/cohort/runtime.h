@@ -7,7 +7,9 @@
  * MPI_THREAD_MULTIPLE, unless MPI is already initialized (then cohort uses it and
  * never finalizes it; a thread level below MPI_THREAD_SERIALIZED is an error). Each
  * runtime duplicates MPI_COMM_WORLD, so several runtimes may live in sequence or side
- * by side. A program started without `mpirun` runs as a single rank.
+ * by side; with the option `world=process` it duplicates MPI_COMM_SELF instead and is
+ * this process alone (N launched copies then run as N independent programs). A program
+ * started without `mpirun` runs as a single rank.
  */
 #ifndef COHORT_RUNTIME_H
 #define COHORT_RUNTIME_H

@@ -40,6 +40,25 @@ def find_cohortrun():
                             "this package from the build tree (PYTHONPATH=<build>/launcher/python)")
 
 
+def find_program(name):
+    """A cohort program (cohort-train, allreduce_perf, ...): the one of this package's
+    build tree or install prefix, else the one on PATH, else the name itself (cohortrun
+    then says it was not found)."""
+    candidates = []
+    try:
+        from . import _build_config
+        candidates.append(getattr(_build_config, "PROGRAMS", {}).get(name))
+        if getattr(_build_config, "BINDIR", None):
+            candidates.append(os.path.join(_build_config.BINDIR, name))
+    except ImportError:
+        pass
+    candidates.append(shutil.which(name))
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return name
+
+
 _TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
 
 

@@ -1,6 +1,6 @@
 """The labs' figures: real-data vs synthetic images/sec per model (equal axes), the
-real/synthetic ratio per model, and scaling efficiency by rank count. Each helper
-draws on ``ax`` (a new figure when None) and returns the Axes."""
+real/synthetic ratio per model, scaling efficiency by rank count, and bus bandwidth by
+message size. Each helper draws on ``ax`` (a new figure when None) and returns the Axes."""
 
 
 def _axes(ax, size=(5, 5)):
@@ -70,6 +70,26 @@ def plot_scaling_efficiency(rows, ax=None, title="Scaling efficiency"):
     ax.set_ylim(0, 110)
     ax.set_xlabel("ranks")
     ax.set_ylabel("efficiency, %")
+    ax.set_title(title)
+    ax.legend()
+    return ax
+
+
+def plot_bandwidth(rows, ax=None, title="Allreduce bus bandwidth"):
+    """rows: cohort.labs.allreduce_perf()'s table, or {label: rows}. Bus bandwidth
+    against message size (log scale), cohort's out-of-place and in-place, and plain
+    MPI_Allreduce when the table has it (--raw)."""
+    ax = _axes(ax, (7, 4))
+    series = rows if isinstance(rows, dict) else {"cohort": rows}
+    for label, table in series.items():
+        sizes = [r["size"] for r in table]
+        ax.plot(sizes, [r["busbw"] for r in table], marker="o", label=f"{label} (out of place)")
+        ax.plot(sizes, [r["inplace_busbw"] for r in table], marker=".", linestyle=":", label=f"{label} (in place)")
+        if table and "raw_busbw" in table[0]:
+            ax.plot(sizes, [r["raw_busbw"] for r in table], marker="s", linestyle="--", label="MPI_Allreduce")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size, bytes")
+    ax.set_ylabel("bus bandwidth, GB/s")
     ax.set_title(title)
     ax.legend()
     return ax
