@@ -5,8 +5,10 @@
 // 1 otherwise. During warm-up (W steps: lr_warmup_steps, or warmup_epochs × steps per
 // epoch) lr(s) = start + (target − start)·s/W with start = target/k = lr: the gradual
 // warm-up of Goyal et al. from the unscaled to the scaled lr, and exactly Horovod's
-// warm-up callback, target/k × (1 + e·(k − 1)/W_e) at the fractional epoch e. Without
-// scaling (k = 1) warm-up starts from 0 instead.
+// warm-up callback, target/k × (1 + e·(k − 1)/W_e) at the fractional epoch e, for k > 1.
+// With k <= 1 (no scaling, or a global batch no larger than base_batch_size) there is no
+// smaller lr to start from, and warm-up starts from 0 instead; Horovod's callback at
+// size 1 would keep the lr constant, cohort honours the warm-up that was asked for.
 // After warm-up the decay applies to target: step multiplies by lr_decay_factor at each
 // epoch in lr_decay_epochs; poly and cosine go from target to lr_end over the steps
 // between the end of warm-up and total_steps (and stay at lr_end after).

@@ -67,6 +67,24 @@ TEST(LrSchedule, WarmupWithoutScalingStartsFromZero) {
   EXPECT_DOUBLE_EQ(s.lr_at(10), 1.0);
 }
 
+TEST(LrSchedule, LinearScalingAtOrBelowTheBaseBatchWarmsUpFromZero) {
+  // k = 1 (one rank at the base batch) and k < 1: no smaller lr to start from.
+  LrScheduleOptions o = base(LrScheduleKind::kConstant, 0.1);
+  o.linear_scaling = true;
+  o.global_batch = 64;
+  o.base_batch_size = 64;
+  o.warmup_steps = 10;
+  LrSchedule one(o);
+  EXPECT_DOUBLE_EQ(one.lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(one.lr_at(5), 0.05);
+  EXPECT_DOUBLE_EQ(one.lr_at(10), 0.1);
+  o.global_batch = 32;
+  LrSchedule half(o);
+  EXPECT_DOUBLE_EQ(half.lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(half.lr_at(5), 0.025);
+  EXPECT_DOUBLE_EQ(half.lr_at(10), 0.05);
+}
+
 TEST(LrSchedule, StepDecayAtEpochBoundaries) {
   LrScheduleOptions o = base(LrScheduleKind::kStep, 0.1);
   o.steps_per_epoch = 10;
