@@ -39,6 +39,7 @@ void attach_backend(cohort_model_t& m, const Config& cfg) {
   int threads = static_cast<int>(cfg.get_int("compute_threads"));
   if (threads <= 0) threads = m.runtime->thread_budget();
   m.graph->set_backend(backend::make_cpu_backend(threads));
+  m.graph->set_precision(backend::parse_precision(cfg.get_string("precision")));
   m.graph->set_dropout_seed(m.seed);
   m.graph->add_grad_ready([mp = &m](int index, const Parameter&) {
     if (mp->grad_ready) mp->grad_ready(mp->grad_ready_user, static_cast<size_t>(index));

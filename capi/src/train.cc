@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "backend/precision.h"
 #include "core/config.h"
 #include "core/strings.h"
 #include "handles.h"
@@ -83,11 +84,7 @@ void fill_out(T* out, const T& full, const char* what) {
 }
 
 void check_precision(const Config& cfg) {
-  const std::string p = cfg.get_string("precision");
-  if (p == "f32") return;
-  fail(Code::kUnsupported, "precision=", p, " cannot run here: the CPU backend trains in f32 only (",
-       p == "bf16" ? "this CPU has no avx512_bf16; " : "",
-       "f16/bf16 training needs a CUDA GPU with the cuda device); use --precision=f32");
+  backend::check_cpu_precision(backend::parse_precision(cfg.get_string("precision")), backend::probe_cpu_isa());
 }
 
 // A view of the first `rows` rows of a batch tensor.
