@@ -13,10 +13,10 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/dnnl_compat.h"
+#include "backend/cpu/dropout_mask.h"
 #include "core/status.h"
 #include "core/threads.h"
 #include "kernels/copy.h"
-#include "kernels/dropout.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax_xent.h"
 
@@ -509,7 +509,7 @@ class BatchNormLayer final : public CpuLayer {
     }
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, out().mem}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, var_}};
-    bind_scale_shift(fwd, args);
+    bind_scale_shift(fwd, args, true);
     if (fuse_relu_ && training()) {
       ws_ = memory(pd_.workspace_desc(), eng());
       args[DNNL_ARG_WORKSPACE] = ws_;
@@ -543,7 +543,7 @@ class BatchNormLayer final : public CpuLayer {
                                          {DNNL_ARG_VARIANCE, var_},
                                          {DNNL_ARG_DIFF_DST, dd},
                                          {DNNL_ARG_DIFF_SRC, ds}};
-    bind_scale_shift(bwd, args);
+    bind_scale_shift(bwd, args, false);
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
     float* dscale = param(plan_.bind_.grads, 0);
     float* dshift = param(plan_.bind_.grads, 1);
@@ -571,9 +571,10 @@ class BatchNormLayer final : public CpuLayer {
   float* param(const std::vector<float*>& v, int i) const {
     return v[static_cast<size_t>(spec_.params[static_cast<size_t>(i)])];
   }
-  // Scale and shift as arguments: the parameters themselves, or (2.x) a packed copy
-  // refreshed by the first forward item.
-  void bind_scale_shift(Items& items, std::unordered_map<int, memory>& args) {
+  // Scale and shift as arguments: the parameters themselves (3.x's backward takes no
+  // shift: passing one fails its execution), or (2.x) a packed copy refreshed by the
+  // first forward item.
+  void bind_scale_shift(Items& items, std::unordered_map<int, memory>& args, bool forward) {
     float* scale = param(plan_.bind_.params, 0);
     float* shift = param(plan_.bind_.params, 1);
     if constexpr (dnnlc::kPackedScaleShift) {
@@ -589,7 +590,7 @@ class BatchNormLayer final : public CpuLayer {
       args[dnnlc::kArgScaleShift] = ss_;
     } else {
       args[dnnlc::kArgScale] = memory(cmd_, eng(), scale);
-      args[dnnlc::kArgShift] = memory(cmd_, eng(), shift);
+      if (forward) args[dnnlc::kArgShift] = memory(cmd_, eng(), shift);
     }
   }
   bool fuse_relu_;
@@ -769,6 +770,8 @@ class PassLayer final : public CpuLayer {
   }
 };
 
+// The forward draws the keep mask (kernels::dropout_factor's draws) and keeps it for
+// backward, which applies it to the gradient.
 class DropoutLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
@@ -781,7 +784,15 @@ class DropoutLayer final : public CpuLayer {
     const memory::desc md = like(in().mem.get_desc(), dt_);
     src_ = plan_.take(fwd, in().mem, md);
     out().mem = memory(md, eng());
-    fwd.push_back({{}, {}, [this] { apply(src_, out().mem); }});
+    keep_.resize(static_cast<size_t>(CpuPlan::elems(src_)));
+    fwd.push_back({{}, {}, [this] {
+                     const uint64_t stream = (plan_.step_ << 20) ^ static_cast<uint64_t>(index_);
+                     plan_.for_chunks(CpuPlan::elems(src_), [&](int64_t lo, int64_t hi) {
+                       dropout_mask(keep_.data() + lo, hi - lo, static_cast<uint64_t>(lo), stream, plan_.opt_.seed,
+                                    spec_.p);
+                       apply(src_, out().mem, lo, hi);
+                     });
+                   }});
   }
   void build_backward() override {
     if (!in().needs_grad) return;
@@ -793,29 +804,26 @@ class DropoutLayer final : public CpuLayer {
     }
     Items post;
     memory ds = plan_.diff_target(post, in(), md);
-    bwd.push_back({{}, {}, [this, dd, ds] { apply(dd, ds); }});
+    bwd.push_back({{}, {}, [this, dd, ds] {
+                     plan_.for_chunks(CpuPlan::elems(dd), [&](int64_t lo, int64_t hi) { apply(dd, ds, lo, hi); });
+                   }});
     for (auto& it : post) bwd.push_back(it);
   }
 
  private:
-  void apply(const memory& src, const memory& dst) const {
-    const uint64_t stream = (plan_.step_ << 20) ^ static_cast<uint64_t>(index_);
-    const bool bf16 = CpuPlan::dtype(src) == DType::kBF16;
-    void* x = src.get_data_handle();
-    void* y = dst.get_data_handle();
-    plan_.for_chunks(CpuPlan::elems(src), [&](int64_t lo, int64_t hi) {
-      const auto off = static_cast<uint64_t>(lo);
-      if (bf16)
-        kernels::dropout_apply<uint16_t, kernels::BF16Codec>(static_cast<const uint16_t*>(x) + lo,
-                                                             static_cast<uint16_t*>(y) + lo, hi - lo, off, stream,
-                                                             plan_.opt_.seed, spec_.p);
-      else
-        kernels::dropout_apply(static_cast<const float*>(x) + lo, static_cast<float*>(y) + lo, hi - lo, off, stream,
-                               plan_.opt_.seed, spec_.p);
-    });
+  void apply(const memory& src, const memory& dst, int64_t lo, int64_t hi) const {
+    const float scale = 1.f / (1.f - spec_.p);
+    const uint8_t* keep = keep_.data() + lo;
+    if (CpuPlan::dtype(src) == DType::kBF16)
+      dropout_apply_mask(static_cast<const uint16_t*>(src.get_data_handle()) + lo,
+                         static_cast<uint16_t*>(dst.get_data_handle()) + lo, keep, hi - lo, scale);
+    else
+      dropout_apply_mask(static_cast<const float*>(src.get_data_handle()) + lo,
+                         static_cast<float*>(dst.get_data_handle()) + lo, keep, hi - lo, scale);
   }
   bool identity_ = false;
   memory src_;
+  std::vector<uint8_t> keep_;
 };
 
 class ConcatLayer final : public CpuLayer {
