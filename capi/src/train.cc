@@ -227,6 +227,7 @@ COHORT_API cohort_status_t cohort_model_train_step(cohort_model_t* model, cohort
     const bool last_pass = o.dist->step(lr);
     const double wait_s = o.comm->take_wait_seconds();
     const double update_s = since(update_start) - wait_s;
+    model->graph->record_step(since(start), update_s);
     if (stats) {
       cohort_train_stats_t full{};
       full.loss = loss;

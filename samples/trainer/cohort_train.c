@@ -153,6 +153,15 @@ static int open_pipelines(trainer_t* t, int want_eval) {
   return 0;
 }
 
+/* --profile: the library's per-layer table of the measured steps. */
+static void print_profile(const trainer_t* t) {
+  size_t needed = 0;
+  cohort_model_profile(t->model, NULL, 0, &needed);
+  char* text = needed ? malloc(needed) : NULL;
+  if (text && cohort_model_profile(t->model, text, needed, NULL) == COHORT_OK) fputs(text, stdout);
+  free(text);
+}
+
 static void print_rate_line(const trainer_t* t, int64_t step, double rate, const cohort_rate_summary_t* r,
                             double loss) {
   if (t->rank != 0) return;
@@ -275,6 +284,8 @@ static int run(trainer_t* t, int argc, char** argv) {
     printf("Running warm up\n");
     fflush(stdout);
   }
+  if (start >= warmup && get_bool(t->cfg, "profile"))
+    CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
   while (step < total) {
     const double t0 = now_s();
     cohort_batch_t b = {.struct_size = sizeof b};
@@ -288,6 +299,8 @@ static int run(trainer_t* t, int argc, char** argv) {
     last_pos_step = b.step;
     CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, (double)(b.valid * t->size)),
           "cohort_metrics_record");
+    if (step == warmup && get_bool(t->cfg, "profile"))
+      CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
     if (step == warmup && t->rank == 0) {
       clear_live(t);
       printf("Done warm up\nStep\tImg/sec\ttotal_loss\n");
@@ -333,6 +346,7 @@ static int run(trainer_t* t, int argc, char** argv) {
     printf("----------------------------------------------------------------\n");
     printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
     printf("total images/sec: %.2f\n", rates.mean);
+    if (get_bool(t->cfg, "profile")) print_profile(t);
     printf("----------------------------------------------------------------\n");
     if (want_eval)
       printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,

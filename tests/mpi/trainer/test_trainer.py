@@ -75,6 +75,11 @@ def group_flags():
     check(rc == 2 and "rmsprop" in err and "momentum" in err, "bad optimizer lists the choices", err)
     rc, out, err = run(["--model=mnist_cnn", "--summary"])
     check(rc == 0 and "1199882" in out and "conv" in out and "[10]" in out, "--summary prints the table", out)
+    rc, out, err = run(TINY + ["--summary"])
+    layers = [ln.split()[0] for ln in out.splitlines()[2:] if ln and not ln.startswith(("-", "total"))]
+    rc, out, err = run(TINY + ["--profile", "--num_iter=5"])
+    check(rc == 0 and "profile: 3 steps" in out and "measured step time" in out and "optimizer" in out
+          and layers and all(n in out for n in layers), "--profile lists every layer beside the step time", out + err)
     rc, out, err = run(TINY + ["--resume", "--num_iter=1"])
     check(rc == 2 and "--checkpoint_dir" in err, "--resume without a directory", err)
     rc, out, err = run(TINY + ["--data_dir=/nonexistent/data", "--num_iter=1"])
