@@ -142,6 +142,14 @@ TEST(DistributedOptimizer, F16CompressionStaysClose) {
   expect_matches_reference(3, d, 2e-3);
 }
 
+TEST(DistributedOptimizer, BF16CompressionStaysClose) {
+  DistributedOptions d;
+  d.compress_bf16 = true;
+  expect_matches_reference(2, d, 2e-2);
+  d.backward_passes_per_step = 2;
+  expect_matches_reference(3, d, 2e-2);
+}
+
 TEST(DistributedOptimizer, BroadcastCopiesParametersAndOptimizerState) {
   run_ranks(3, [&](int rank, ThreadCollectives& c) {
     Linear m(static_cast<float>(rank));
@@ -303,7 +311,11 @@ TEST(DistributedOptimizer, OptionsFromConfig) {
   DistributedOptions d = DistributedOptions::from_config(cfg);
   EXPECT_EQ(d.backward_passes_per_step, 4);
   EXPECT_TRUE(d.compress_f16);
+  EXPECT_FALSE(d.compress_bf16);
   EXPECT_DOUBLE_EQ(d.gradient_predivide_factor, 2.0);
+  cfg.set("compression", "bfloat16");
+  d = DistributedOptions::from_config(cfg);
+  EXPECT_TRUE(d.compress_bf16 && !d.compress_f16);
 }
 
 }  // namespace
