@@ -15,7 +15,6 @@
 #include "backend/cpu/dnnl_compat.h"
 #include "backend/cpu/dropout_mask.h"
 #include "core/status.h"
-#include "core/threads.h"
 #include "kernels/copy.h"
 #include "kernels/reduce.h"
 #include "kernels/softmax_xent.h"
@@ -23,8 +22,14 @@
 extern "C" {
 // libgomp, the OpenMP runtime oneDNN is built with (declared here so that cohort's
 // own sources need no -fopenmp, which would pull in clang's libomp instead).
+// GOMP_parallel is libgomp's entry for `#pragma omp parallel`: the plan's element-wise
+// loops run on the same team as oneDNN's primitives, so no second pool competes with
+// OpenMP workers still spinning after a primitive.
 void omp_set_num_threads(int);
 int omp_get_max_threads(void);
+int omp_get_thread_num(void);
+int omp_get_num_threads(void);
+void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
 }
 
 namespace cohort::backend {
@@ -95,6 +100,7 @@ class CpuLayer {
   virtual void build_forward() = 0;
   virtual void build_backward() {}
   Items fwd, bwd;
+  bool fused_relu = false;  // conv, dense: apply the relu that follows (a post-op)
 
  protected:
   Val& in(int i = 0);
@@ -111,8 +117,7 @@ class CpuPlan final : public Plan {
  public:
   CpuPlan(const NetSpec& spec, const Bindings& bind, const PlanOptions& opt, int threads)
       : eng_(dnnl::engine::kind::cpu, 0), stream_(eng_), spec_(spec), bind_(bind), opt_(opt), threads_(threads) {
-    const int loop_threads = threads_ > 0 ? threads_ : omp_get_max_threads();
-    if (loop_threads > 1) pool_ = std::make_unique<ThreadPool>(loop_threads - 1);
+    loop_threads_ = threads_ > 0 ? threads_ : omp_get_max_threads();
     // Before build: oneDNN fixes each primitive's thread count when it is created.
     set_threads();
     build();
@@ -244,18 +249,26 @@ class CpuPlan final : public Plan {
   }
   static DType dtype(const memory& m) { return from_dnnl(dnnlc::dtype_of(m.get_desc())); }
   static int64_t elems(const memory& m) { return static_cast<int64_t>(m.get_desc().get_size() / dtype_size(dtype(m))); }
-  // fn(begin, end) over [0, n), split across the plan's threads (cache-line aligned).
+  // fn(begin, end) over [0, n), split across the plan's OpenMP team (cache-line
+  // aligned). fn must not throw.
   void for_chunks(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-    if (!pool_ || n < (1 << 14)) {
+    if (loop_threads_ <= 1 || n < (1 << 14)) {
       fn(0, n);
       return;
     }
-    const int64_t parts = pool_->size() + 1;
-    const int64_t chunk = ((n + parts - 1) / parts + 15) / 16 * 16;
-    pool_->parallel_for(static_cast<size_t>(parts), [&](size_t i) {
-      const int64_t lo = static_cast<int64_t>(i) * chunk, hi = std::min(n, lo + chunk);
-      if (lo < hi) fn(lo, hi);
-    });
+    struct Work {
+      int64_t n;
+      const std::function<void(int64_t, int64_t)>* fn;
+    } work{n, &fn};
+    GOMP_parallel(
+        [](void* p) {
+          const Work& w = *static_cast<const Work*>(p);
+          const int64_t parts = omp_get_num_threads(), i = omp_get_thread_num();
+          const int64_t chunk = ((w.n + parts - 1) / parts + 15) / 16 * 16;
+          const int64_t lo = i * chunk, hi = std::min(w.n, lo + chunk);
+          if (lo < hi) (*w.fn)(lo, hi);
+        },
+        &work, static_cast<unsigned>(loop_threads_), 0);
   }
 
  private:
@@ -325,7 +338,7 @@ class CpuPlan final : public Plan {
   int threads_;
   bool profiling_ = false;
   PlanProfile profile_;
-  std::unique_ptr<ThreadPool> pool_;  // element-wise loops (oneDNN runs on OpenMP)
+  int loop_threads_ = 1;  // the OpenMP team of the element-wise loops
   std::vector<std::unique_ptr<CpuLayer>> layers_;
   Items fwd_, bwd_;
 };
@@ -378,7 +391,13 @@ class WeightedLayer : public CpuLayer {
     bias_md_ = memory::desc({d[1]}, dt::f32, tag::a);
     src_md_ = s.size() == 2 ? plain_md(s, dt_) : any_md(s, dt_);
     w_any_ = any_md(dnnlc::dims_of(plain_w_), dt_);
-    fpd_ = fwd_pd(fwd_prop(training()), src_md_, w_any_, has_bias_ ? &bias_md_ : nullptr, any_md(d, dt_));
+    dnnl::primitive_attr attr;
+    if (fused_relu) {
+      dnnl::post_ops po;
+      dnnlc::append_eltwise(po, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(po);
+    }
+    fpd_ = fwd_pd(fwd_prop(training()), src_md_, w_any_, has_bias_ ? &bias_md_ : nullptr, any_md(d, dt_), attr);
     src_ = plan_.take(fwd, in().mem, fpd_.src_desc());
     w_ = plan_.param_in(fwd, spec_.params[0], plain_w_, fpd_.weights_desc());
     out().mem = memory(fpd_.dst_desc(), eng());
@@ -415,7 +434,8 @@ class WeightedLayer : public CpuLayer {
  protected:
   virtual memory::desc weights_plain() const = 0;
   virtual typename Fwd::primitive_desc fwd_pd(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
-                                              const memory::desc* bias, const memory::desc& d) = 0;
+                                              const memory::desc* bias, const memory::desc& d,
+                                              const dnnl::primitive_attr& attr) = 0;
   virtual typename BwdData::primitive_desc bwd_data_pd(const memory::desc& s, const memory::desc& w,
                                                        const memory::desc& d) = 0;
   virtual typename BwdWeights::primitive_desc bwd_weights_pd(const memory::desc& s, const memory::desc& w,
@@ -443,8 +463,9 @@ class ConvLayer final : public WeightedLayer<dnnlc::ConvFwd, dnnlc::ConvBwdData,
     return {{g, o / g, i / g, w.kh, w.kw}, dt::f32, tag::goihw};
   }
   dnnlc::ConvFwd::primitive_desc fwd_pd(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
-                                        const memory::desc* bias, const memory::desc& d) override {
-    return dnnlc::conv_forward(eng(), pk, s, w, bias, d, geo_, {});
+                                        const memory::desc* bias, const memory::desc& d,
+                                        const dnnl::primitive_attr& attr) override {
+    return dnnlc::conv_forward(eng(), pk, s, w, bias, d, geo_, attr);
   }
   dnnlc::ConvBwdData::primitive_desc bwd_data_pd(const memory::desc& s, const memory::desc& w,
                                                  const memory::desc& d) override {
@@ -467,8 +488,9 @@ class DenseLayer final : public WeightedLayer<dnnlc::IpFwd, dnnlc::IpBwdData, dn
     return {{spec_.out_channels, i}, dt::f32, tag::oi};
   }
   dnnlc::IpFwd::primitive_desc fwd_pd(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
-                                      const memory::desc* bias, const memory::desc& d) override {
-    return dnnlc::ip_forward(eng(), pk, s, w, bias, d, {});
+                                      const memory::desc* bias, const memory::desc& d,
+                                      const dnnl::primitive_attr& attr) override {
+    return dnnlc::ip_forward(eng(), pk, s, w, bias, d, attr);
   }
   dnnlc::IpBwdData::primitive_desc bwd_data_pd(const memory::desc& s, const memory::desc& w,
                                                const memory::desc& d) override {
@@ -705,11 +727,14 @@ class LrnLayer final : public CpuLayer {
 
 class ActLayer final : public CpuLayer {
  public:
-  ActLayer(CpuPlan& plan, const LayerSpec& spec, int index, bool in_place)
-      : CpuLayer(plan, spec, index), in_place_(in_place) {}
+  // in_place: overwrite the input; done_by_input: the producer already applied this
+  // relu (a conv or dense post-op), so only backward is left (in place, from dst).
+  ActLayer(CpuPlan& plan, const LayerSpec& spec, int index, bool in_place, bool done_by_input = false)
+      : CpuLayer(plan, spec, index), in_place_(in_place || done_by_input), done_by_input_(done_by_input) {}
   void build_forward() override {
     md_ = like(in().mem.get_desc(), dt_);
     in_place_ = in_place_ && md_ == in().mem.get_desc();
+    require(in_place_ || !done_by_input_, "layer '", spec_.name, "': a fused relu must keep its input's layout");
     src_ = plan_.take(fwd, in().mem, md_);
     switch (spec_.act) {
       case ActKind::kRelu:
@@ -729,7 +754,7 @@ class ActLayer final : public CpuLayer {
     alpha_ = spec_.act == ActKind::kLeakyRelu || spec_.act == ActKind::kElu ? spec_.alpha : 0.f;
     pd_ = dnnlc::eltwise_forward(eng(), fwd_prop(training()), algo_, md_, alpha_, 0.f);
     out().mem = in_place_ ? in().mem : memory(md_, eng());
-    fwd.push_back({dnnlc::EltFwd(pd_), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, out().mem}}, {}});
+    if (!done_by_input_) fwd.push_back({dnnlc::EltFwd(pd_), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, out().mem}}, {}});
   }
   void build_backward() override {
     if (!in().needs_grad) return;
@@ -750,7 +775,7 @@ class ActLayer final : public CpuLayer {
   }
 
  private:
-  bool in_place_;
+  bool in_place_, done_by_input_;
   dnnl::algorithm algo_{};
   float alpha_ = 0;
   memory::desc md_;
@@ -1083,13 +1108,17 @@ void CpuPlan::build() {
     vals_[i].needs_grad = needs && opt_.training;
   }
   for (size_t i = 0; i < n; ++i) vals_[i].consumers = consumers[i];
-  // batch norm → relu pairs where the relu is the norm's only consumer
+  // batch norm, conv or dense → relu pairs where the relu is the only consumer: the
+  // producer applies the relu (batch norm's backward too; a conv's or dense's backward
+  // leaves the relu's gradient to the relu layer, from the fused output)
   std::vector<bool> fused(n, false);
   for (size_t i = 1; i < n; ++i) {
     const LayerSpec& l = spec_.layers[i];
     if (l.kind != LayerKind::kActivation || l.act != ActKind::kRelu || l.inputs.size() != 1) continue;
     const size_t src = static_cast<size_t>(l.inputs[0]);
-    if (spec_.layers[src].kind == LayerKind::kBatchNorm && consumers[src] == 1) fused[src] = true;
+    const LayerKind k = spec_.layers[src].kind;
+    if ((k == LayerKind::kBatchNorm || k == LayerKind::kConv || k == LayerKind::kDense) && consumers[src] == 1)
+      fused[src] = true;
   }
   for (size_t i = 0; i < n; ++i) {
     const LayerSpec& l = spec_.layers[i];
@@ -1101,9 +1130,11 @@ void CpuPlan::build() {
         break;
       case LayerKind::kConv:
         layer = std::make_unique<ConvLayer>(*this, l, idx);
+        layer->fused_relu = fused[i];
         break;
       case LayerKind::kDense:
         layer = std::make_unique<DenseLayer>(*this, l, idx);
+        layer->fused_relu = fused[i];
         break;
       case LayerKind::kBatchNorm:
         layer = std::make_unique<BatchNormLayer>(*this, l, idx, fused[i]);
@@ -1117,8 +1148,11 @@ void CpuPlan::build() {
         layer = std::make_unique<LrnLayer>(*this, l, idx);
         break;
       case LayerKind::kActivation:
-        if (l.inputs.size() == 1 && fused[static_cast<size_t>(l.inputs[0])])
+        if (l.inputs.size() == 1 && fused[static_cast<size_t>(l.inputs[0])] &&
+            spec_.layers[static_cast<size_t>(l.inputs[0])].kind == LayerKind::kBatchNorm)
           layer = std::make_unique<PassLayer>(*this, l, idx);
+        else if (l.inputs.size() == 1 && fused[static_cast<size_t>(l.inputs[0])])
+          layer = std::make_unique<ActLayer>(*this, l, idx, true, true);
         else
           layer = std::make_unique<ActLayer>(*this, l, idx, relu_in_place(spec_, consumers, i));
         break;

@@ -140,11 +140,11 @@ inline uint16_t bf16_store(float f) {
 
 #if defined(__x86_64__)
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void apply_avx512(const float* x, float* y, const uint8_t* keep,
-                                                                        int64_t n, float scale) {
+                                                                       int64_t n, float scale) {
   apply_loop(x, y, keep, n, scale, f32_load, f32_store);
 }
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void apply_avx512(const uint16_t* x, uint16_t* y,
-                                                                        const uint8_t* keep, int64_t n, float scale) {
+                                                                       const uint8_t* keep, int64_t n, float scale) {
   apply_loop(x, y, keep, n, scale, bf16_load, bf16_store);
 }
 #endif

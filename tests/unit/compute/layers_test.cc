@@ -471,4 +471,48 @@ TEST(BatchNorm, FusedWithFollowingReluMatchesReference) {
   expect_layouts_agree(g, n, x, {sc, sh}, dy);
 }
 
+// conv → relu and dense → relu: the relu runs as the producer's post-op in forward and
+// from the fused output in backward.
+TEST(Conv, FusedWithFollowingReluMatchesReference) {
+  const int n = 2, c = 3, h = 6, w = 6, out = 16;
+  ref::Geo geo{n, c, h, w, 3, 3, 1, 1, 1};
+  Graph g({c, h, w});
+  g.relu(g.conv(g.input(), "conv", out, ConvOptions{3, 3, 1, 1, 1, 1, true}), "relu");
+  ref::Vec x = ref::random_vec(n * c * h * w, 1), wt = ref::random_vec(out * c * 9, 2), b = ref::random_vec(out, 3);
+  ref::Vec dy = ref::random_vec(n * out * h * w, 4);
+  ref::Vec z = ref::conv_fwd(geo, out, 1, x, wt, &b), y(z.size()), dz(z.size());
+  for (size_t i = 0; i < z.size(); ++i) {
+    y[i] = z[i] > 0 ? z[i] : 0;
+    dz[i] = z[i] > 0 ? dy[i] : 0;
+  }
+  ref::Vec dx, dw, db;
+  ref::conv_bwd(geo, out, 1, x, wt, dz, dx, dw, db);
+  Result r = run(g, n, x, {wt, b}, dy);
+  expect_close(r.y, y, "output");
+  expect_close(r.dx, dx, "input gradient");
+  expect_close(r.dparams[0], dw, "weight gradient");
+  expect_close(r.dparams[1], db, "bias gradient");
+  expect_layouts_agree(g, n, x, {wt, b}, dy);
+}
+
+TEST(Dense, FusedWithFollowingReluMatchesReference) {
+  const int n = 4, in = 10, out = 7;
+  Graph g({in});
+  g.relu(g.dense(g.input(), "fc", out), "relu");
+  ref::Vec x = ref::random_vec(n * in, 1), wt = ref::random_vec(out * in, 2), b = ref::random_vec(out, 3);
+  ref::Vec dy = ref::random_vec(n * out, 4);
+  ref::Vec z = ref::dense_fwd(n, in, out, x, wt, b), y(z.size()), dz(z.size());
+  for (size_t i = 0; i < z.size(); ++i) {
+    y[i] = z[i] > 0 ? z[i] : 0;
+    dz[i] = z[i] > 0 ? dy[i] : 0;
+  }
+  ref::Vec dx, dw, db;
+  ref::dense_bwd(n, in, out, x, wt, dz, dx, dw, db);
+  Result r = run(g, n, x, {wt, b}, dy);
+  expect_close(r.y, y, "output");
+  expect_close(r.dx, dx, "input gradient");
+  expect_close(r.dparams[0], dw, "weight gradient");
+  expect_close(r.dparams[1], db, "bias gradient");
+}
+
 }  // namespace
