@@ -144,6 +144,12 @@ static void train_step_learns_and_checks(void** state) {
   cohort_config_destroy(cfg);
 }
 
+static void remove_dir(const char* dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* Copies every parameter value of a model (checkpoints hold these f32 masters). */
 static float* param_values(cohort_model_t* m, size_t* count) {
   size_t n = 0, total = 0;
@@ -236,9 +242,7 @@ static void checkpoint_resumes_at_another_precision(void** state) {
   cohort_model_destroy(c);
   cohort_config_destroy(c16);
   cohort_config_destroy(c32);
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  remove_dir(dir);
 }
 
 static void checkpoint_round_trip_and_errors(void** state) {
@@ -308,9 +312,7 @@ static void checkpoint_round_trip_and_errors(void** state) {
   cohort_model_destroy(a);
   cohort_model_destroy(b);
   cohort_config_destroy(cfg);
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  remove_dir(dir);
 }
 
 static void metrics_and_summary(void** state) {
