@@ -3,9 +3,9 @@ count in NHWC (TensorFlow's CPU layout), softmax cross-entropy and a plain SGD s
 compiled into one graph (tf.function); at bf16 Keras' mixed_bfloat16 policy.
 Usage: tf_bench.py MODEL BATCH THREADS STEPS [WARMUP [PRECISION]]"""
 import os
-import statistics
 import sys
-import time
+
+from peer_steps import time_steps
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
@@ -79,18 +79,7 @@ def main():
         opt.apply_gradients(zip(tape.gradient(loss, net.trainable_variables), net.trainable_variables))
         return loss
 
-    rates, cpu_rates = [], []
-    for s in range(warmup + steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        loss = float(step(x, y))
-        dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        print(f"step {s} loss {loss:.4f} images/sec {batch / dt:.2f} cpu {batch / dc:.2f}"
-              f"{' (warm-up)' if s < warmup else ''}")
-        if s >= warmup:
-            rates.append(batch / dt)
-            cpu_rates.append(batch / dc)
-    print(f"tensorflow {tf.__version__}")
-    print(f"images/sec: {statistics.median(rates):.3f} {statistics.median(cpu_rates):.3f}")
+    time_steps(lambda: float(step(x, y)), batch, steps, warmup, f"tensorflow {tf.__version__}")
 
 
 main()

@@ -3,14 +3,13 @@ count, loss and plain SGD step; at bf16 the forward and the loss run under
 torch.autocast (as a user turns on bf16 training in PyTorch). Works with PyTorch 2.x
 and Debian's 1.13.
 Usage: torch_bench.py MODEL BATCH THREADS STEPS [WARMUP [PRECISION]]"""
-import statistics
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import torchvision
+from peer_steps import time_steps
 
 
 class ShortcutA(nn.Module):
@@ -75,22 +74,15 @@ def main():
     y = torch.arange(batch) % classes
     opt = torch.optim.SGD(net.parameters(), lr=1e-4)
     loss_fn = nn.CrossEntropyLoss()
-    rates, cpu_rates = [], []
-    for s in range(warmup + steps):
-        t0, c0 = time.perf_counter(), time.process_time()
+    def step():
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()
-        dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        print(f"step {s} loss {loss.item():.4f} images/sec {batch / dt:.2f} cpu {batch / dc:.2f}"
-              f"{' (warm-up)' if s < warmup else ''}")
-        if s >= warmup:
-            rates.append(batch / dt)
-            cpu_rates.append(batch / dc)
-    print(f"torch {torch.__version__}")
-    print(f"images/sec: {statistics.median(rates):.3f} {statistics.median(cpu_rates):.3f}")
+        return loss.item()
+
+    time_steps(step, batch, steps, warmup, f"torch {torch.__version__}")
 
 
 main()
