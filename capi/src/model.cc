@@ -239,6 +239,16 @@ COHORT_API cohort_status_t cohort_model_io_shape(const cohort_model_t* model, in
   });
 }
 
+COHORT_API cohort_status_t cohort_model_set_profiling(cohort_model_t* model, int enabled) {
+  return guard("cohort_model_set_profiling", [&] { live(model).graph().set_profiling(enabled != 0); });
+}
+
+COHORT_API cohort_status_t cohort_model_profile(const cohort_model_t* model, char* buffer, size_t size,
+                                                size_t* needed) {
+  return guard("cohort_model_profile",
+               [&] { capi::copy_out(format_profile(live(model).graph().profile()), buffer, size, needed); });
+}
+
 COHORT_API cohort_status_t cohort_model_materialize(cohort_model_t* model) {
   return guard("cohort_model_materialize", [&] {
     live(model);

@@ -24,7 +24,7 @@
 typedef struct {
   char model[128], precision[16], data_dir[4096], data_format[16], progress[16], checkpoint_dir[4096];
   int64_t batch_size, passes, display_every;
-  int eval, resume, json, summary_only;
+  int eval, resume, json, summary_only, profile;
 } settings_t;
 
 /* The run's length, fixed before the first step. */
@@ -138,6 +138,7 @@ static void read_settings(const cohort_config_t* cfg, settings_t* s) {
   s->resume = get_bool(cfg, "resume");
   s->json = get_bool(cfg, "json");
   s->summary_only = get_bool(cfg, "summary");
+  s->profile = get_bool(cfg, "profile");
 }
 
 /* ---------------------------------------------------------------- output (rank 0) */
@@ -344,6 +345,8 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   ++p->step;
   p->loss = st.loss;
   CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, images), "recording the step");
+  if (p->step == plan->warmup && t->set.profile)
+    CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
   if (p->step == plan->warmup && t->rank == 0) {
     clear_live(t);
     printf("Done warm up\nStep\tImg/sec\ttotal_loss\n");
@@ -362,6 +365,8 @@ static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
     printf("Running warm up\n");
     fflush(stdout);
   }
+  if (t->set.profile && p->step >= plan->warmup)
+    CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
   while (p->step < plan->total)
     if (train_one_step(t, plan, p)) return 1;
   clear_live(t);
@@ -392,6 +397,15 @@ static int count_skipped(const trainer_t* t, int64_t* skipped, int64_t* read) {
   *skipped = (int64_t)n[0];
   *read = (int64_t)n[1];
   return 0;
+}
+
+/* --profile: the library's per-layer table of the measured steps. */
+static void print_profile(const trainer_t* t) {
+  size_t needed = 0;
+  cohort_model_profile(t->model, NULL, 0, &needed);
+  char* text = needed ? malloc(needed) : NULL;
+  if (text && cohort_model_profile(t->model, text, needed, NULL) == COHORT_OK) fputs(text, stdout);
+  free(text);
 }
 
 static void print_json_summary(const trainer_t* t, const plan_t* plan, const progress_t* p,
@@ -440,6 +454,7 @@ static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
   printf("----------------------------------------------------------------\n");
   printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
   printf("total images/sec: %.2f\n", rates.mean);
+  if (t->set.profile) print_profile(t);
   printf("----------------------------------------------------------------\n");
   printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);
   if (t->set.eval)

@@ -8,17 +8,31 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/net_spec.h"
+#include "backend/precision.h"
 
 namespace cohort::backend {
 
 struct PlanOptions {
   int64_t batch = 1;
-  Layout layout = Layout::kNCHW;  // of the input and of read()/read_input_grad()
-  bool training = true;           // false: inference primitives, no backward
-  bool input_grad = false;        // also compute the gradient of the input
-  uint64_t seed = 0;              // dropout
+  Layout layout = Layout::kNCHW;          // of the input and of read()/read_input_grad()
+  bool training = true;                   // false: inference primitives, no backward
+  bool input_grad = false;                // also compute the gradient of the input
+  uint64_t seed = 0;                      // dropout
+  Precision precision = Precision::kF32;  // backend/precision.h: what computes in what
+};
+
+// Seconds spent per layer over the profiled steps: the layer's own forward and
+// backward work, and the reorders (layout and type conversions, parameter casts,
+// gradient copies) done for it. Indexed like NetSpec::layers.
+struct LayerTime {
+  double forward = 0, backward = 0, reorder = 0;
+};
+struct PlanProfile {
+  std::vector<LayerTime> layers;
+  int64_t forwards = 0, backwards = 0;  // passes profiled
 };
 
 // Where a plan finds parameter, gradient and state memory (plain, f32, host).
@@ -43,6 +57,12 @@ class Plan {
   // Copies the gradient of the input (options().input_grad) into dst.
   virtual void read_input_grad(float* dst) const = 0;
   virtual const PlanOptions& options() const = 0;
+  // Multiplies the loss gradient that backward starts from (loss scaling); 1 = none.
+  virtual void set_loss_scale(float scale) = 0;
+  // Starts timing every primitive and loop of forward and backward (from zero), or
+  // stops. Off by default: timing costs two clock reads per primitive.
+  virtual void set_profiling(bool on) = 0;
+  virtual const PlanProfile& profile() const = 0;
 };
 
 class Backend {
@@ -54,6 +74,7 @@ class Backend {
 };
 
 // The oneDNN CPU backend; `threads` > 0 sets the OpenMP thread count of its calls.
+// compile() refuses a precision the CPU cannot run (check_cpu_precision).
 std::shared_ptr<Backend> make_cpu_backend(int threads);
 
 // The CUDA backend on `device` (cuDNN + cuBLAS). Throws kUnsupported in builds

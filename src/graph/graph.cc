@@ -368,6 +368,47 @@ void Graph::set_backend(std::shared_ptr<backend::Backend> backend) {
   last_train_ = nullptr;
 }
 
+void Graph::set_precision(backend::Precision precision) {
+  if (precision == precision_) return;
+  precision_ = precision;
+  plans_.clear();
+  last_train_ = nullptr;
+}
+
+void Graph::set_loss_scale(float scale) {
+  for (auto& [key, plan] : plans_) plan->set_loss_scale(scale);
+  loss_scale_ = scale;
+}
+
+void Graph::set_profiling(bool on) {
+  profiling_ = on;
+  profiled_steps_ = 0;
+  step_s_ = optimizer_s_ = 0;
+  for (auto& [key, plan] : plans_) plan->set_profiling(on);
+}
+
+void Graph::record_step(double step_s, double optimizer_s) {
+  if (!profiling_) return;
+  ++profiled_steps_;
+  step_s_ += step_s;
+  optimizer_s_ += optimizer_s;
+}
+
+Profile Graph::profile() const {
+  Profile p;
+  p.steps = profiled_steps_;
+  p.step_s = step_s_;
+  p.optimizer_s = optimizer_s_;
+  if (last_train_) p.plan = last_train_->profile();
+  for (const LayerSpec& l : spec_.layers) {
+    std::string kind = backend::layer_kind_name(l.kind);
+    if (l.kind == LayerKind::kActivation) kind = backend::act_kind_name(l.act);
+    p.names.push_back(l.name);
+    p.kinds.push_back(kind);
+  }
+  return p;
+}
+
 backend::Plan& Graph::plan(int64_t batch, Layout layout, bool training, bool input_grad) {
   require(materialized_, "call materialize() before running the network");
   require(batch > 0, "batch size must be positive, got ", batch);
@@ -380,7 +421,10 @@ backend::Plan& Graph::plan(int64_t batch, Layout layout, bool training, bool inp
   opt.training = training;
   opt.input_grad = input_grad;
   opt.seed = dropout_seed_;
+  opt.precision = precision_;
   auto plan = backend_->compile(spec_, bindings_, opt);
+  if (loss_scale_ != 1.f) plan->set_loss_scale(loss_scale_);
+  if (profiling_) plan->set_profiling(true);
   backend::Plan& ref = *plan;
   plans_.emplace(key, std::move(plan));
   return ref;

@@ -16,6 +16,8 @@
 
 #include "backend/backend.h"
 #include "backend/net_spec.h"
+#include "backend/precision.h"
+#include "graph/profile.h"
 #include "tensor/tensor.h"
 
 namespace cohort {
@@ -86,6 +88,12 @@ class Graph {
   void materialize(uint64_t seed);
   bool materialized() const { return materialized_; }
   void set_backend(std::shared_ptr<backend::Backend> backend);
+  // The precision layers compute in (backend/precision.h); parameters, gradients and
+  // running statistics stay f32. Plans compiled for another precision are dropped.
+  void set_precision(backend::Precision precision);
+  backend::Precision precision() const { return precision_; }
+  // Multiplies the loss gradient backward starts from (loss scaling; 1 = none).
+  void set_loss_scale(float scale);
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
   // The step number the next forward_train uses (it picks the dropout masks).
   void set_step(uint64_t step) { step_ = step; }
@@ -110,6 +118,15 @@ class Graph {
   backend::Plan& plan(int64_t batch, Layout layout, bool training, bool input_grad = false);
   int output_layer() const;
 
+  // ---- profile ----
+  // Starts (from zero) or stops timing forward and backward per layer. The caller of
+  // the training step adds each profiled step's measured time and optimizer time.
+  void set_profiling(bool on);
+  bool profiling() const { return profiling_; }
+  void record_step(double step_s, double optimizer_s);
+  // The per-layer table of the training plan used last (graph/profile.h).
+  Profile profile() const;
+
  private:
   int add_layer(backend::LayerSpec l);
   int add_param(const std::string& name, const Shape& shape, Parameter::Init init);
@@ -125,6 +142,11 @@ class Graph {
   backend::Bindings bindings_;
   std::map<std::tuple<int64_t, int, bool, bool>, std::unique_ptr<backend::Plan>> plans_;
   backend::Plan* last_train_ = nullptr;
+  backend::Precision precision_ = backend::Precision::kF32;
+  float loss_scale_ = 1.f;
+  bool profiling_ = false;
+  int64_t profiled_steps_ = 0;
+  double step_s_ = 0, optimizer_s_ = 0;
   uint64_t step_ = 0, dropout_seed_ = 0;
   std::vector<std::pair<int, GradReady>> grad_ready_;
   int next_hook_ = 0;

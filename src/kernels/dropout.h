@@ -1,6 +1,6 @@
 // Dropout masks from the counter-based RNG: element i of (seed, stream) is kept with
-// probability 1 - p and scaled by 1 / (1 - p). The mask is recomputed in backward
-// instead of being stored, and is the same on any thread count or device.
+// probability 1 - p and scaled by 1 / (1 - p). The mask is the same on any thread
+// count or device (the CPU backend draws it with backend/cpu/dropout_mask.h).
 #pragma once
 
 #include <cstdint>
@@ -15,20 +15,6 @@ COHORT_HD float dropout_factor(uint64_t i, uint64_t stream, uint64_t seed, float
   Philox4 r = philox4x32(i >> 2, stream, seed);
   float u = uniform01(r.v[i & 3]);
   return u < p ? 0.f : 1.f / (1.f - p);
-}
-
-// dst[i] = src[i] * dropout_factor(offset + i); a block of four shares one Philox call.
-inline void dropout_apply(const float* src, float* dst, int64_t n, uint64_t offset, uint64_t stream, uint64_t seed,
-                          float p) {
-  const float scale = 1.f / (1.f - p);
-  int64_t i = 0;
-  for (; i < n && ((offset + static_cast<uint64_t>(i)) & 3) != 0; ++i)
-    dst[i] = src[i] * dropout_factor(offset + static_cast<uint64_t>(i), stream, seed, p);
-  for (; i + 4 <= n; i += 4) {
-    Philox4 r = philox4x32((offset + static_cast<uint64_t>(i)) >> 2, stream, seed);
-    for (int j = 0; j < 4; ++j) dst[i + j] = uniform01(r.v[j]) < p ? 0.f : src[i + j] * scale;
-  }
-  for (; i < n; ++i) dst[i] = src[i] * dropout_factor(offset + static_cast<uint64_t>(i), stream, seed, p);
 }
 
 }  // namespace cohort::kernels

@@ -1,5 +1,6 @@
-// f32 ↔ IEEE half for gradient compression on the wire (compression=f16); the
-// conversion itself is kernels/half.h's, shared with the engine's f16 reductions.
+// f32 ↔ IEEE half or bfloat16 for gradient compression on the wire (compression=f16
+// or bf16); the conversions are kernels/half.h's, shared with the engine's f16/bf16
+// reductions.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,17 @@ struct CompressF16 {
 struct DecompressF16 {
   float scale;
   COHORT_HD void operator()(int64_t i, float* out, const uint16_t* in) const { out[i] = decompress_f16(in[i]) * scale; }
+};
+
+// The same with bfloat16 (f32's exponent range: no overflow where f16 would have one).
+struct CompressBF16 {
+  float scale;
+  COHORT_HD void operator()(int64_t i, uint16_t* out, const float* in) const { out[i] = float_to_bf16(in[i] * scale); }
+};
+
+struct DecompressBF16 {
+  float scale;
+  COHORT_HD void operator()(int64_t i, float* out, const uint16_t* in) const { out[i] = bf16_to_float(in[i]) * scale; }
 };
 
 }  // namespace cohort::kernels

@@ -54,6 +54,12 @@ void SingleRankCollectives::allreduce_async(const std::string& name, Tensor t, d
         h = kernels::compress_f16(static_cast<float>(kernels::decompress_f16(h) * s));
       }
       return;
+    case DType::kBF16:
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t& h = t.data_as<uint16_t>()[i];
+        h = kernels::float_to_bf16(static_cast<float>(kernels::bf16_to_float(h) * s));
+      }
+      return;
     case DType::kI64:
       for (int64_t i = 0; i < n; ++i)
         t.data_as<int64_t>()[i] = static_cast<int64_t>(static_cast<double>(t.data_as<int64_t>()[i]) * s);
@@ -71,6 +77,7 @@ DistributedOptions DistributedOptions::from_config(const Config& config) {
   DistributedOptions o;
   o.backward_passes_per_step = static_cast<int>(config.get_int("backward_passes_per_step"));
   o.compress_f16 = config.get_string("compression") == "f16";
+  o.compress_bf16 = config.get_string("compression") == "bf16";
   o.gradient_predivide_factor = config.get_float("gradient_predivide_factor");
   return o;
 }
@@ -83,6 +90,7 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& optimizer, Collectives& co
   require(options_.gradient_predivide_factor > 0, "gradient_predivide_factor must be > 0, got ",
           options_.gradient_predivide_factor);
   require(comm_.size() >= 1, "distributed optimizer: collectives report ", comm_.size(), " ranks");
+  require(!(options_.compress_f16 && options_.compress_bf16), "compression is f16 or bf16, not both");
   optimizer_.init_state(params_);  // validates names, dtypes, shapes
   const size_t n = params_.size();
   done_.assign(n, 0);
@@ -92,7 +100,8 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& optimizer, Collectives& co
       accum_.push_back(Tensor::empty(p.param.shape(), DType::kF32));
       grad = accum_.back();
     }
-    if (options_.compress_f16) wire_.push_back(Tensor::empty(p.param.shape(), DType::kF16));
+    if (options_.compressed())
+      wire_.push_back(Tensor::empty(p.param.shape(), options_.compress_f16 ? DType::kF16 : DType::kBF16));
     reduced_.push_back({p.name, p.param, grad});
   }
 }
@@ -116,10 +125,13 @@ void DistributedOptimizer::exchange(size_t index) {
   double post = f / comm_.size();
   if (options_.average_passes) post /= options_.backward_passes_per_step;
   const ParamGrad& r = reduced_[index];
-  if (options_.compress_f16) {
+  if (options_.compressed()) {
     Tensor& wire = wire_[index];
-    host_loop(r.grad.numel(), kernels::CompressF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(),
-              static_cast<const float*>(r.grad.data_as<float>()));
+    const auto* g = static_cast<const float*>(r.grad.data_as<float>());
+    if (options_.compress_f16)
+      host_loop(r.grad.numel(), kernels::CompressF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(), g);
+    else
+      host_loop(r.grad.numel(), kernels::CompressBF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(), g);
     comm_.allreduce_async(r.name, wire, 1.0, 1.0);
   } else {
     comm_.allreduce_async(r.name, r.grad, 1.0 / f, post);
@@ -136,12 +148,17 @@ bool DistributedOptimizer::step(double lr) {
   }
   pass_ = 0;
   comm_.wait_all();
-  if (options_.compress_f16) {
+  if (options_.compressed()) {
     double post = options_.gradient_predivide_factor / comm_.size();
     if (options_.average_passes) post /= options_.backward_passes_per_step;
-    for (size_t i = 0; i < params_.size(); ++i)
-      host_loop(reduced_[i].grad.numel(), kernels::DecompressF16{static_cast<float>(post)},
-                reduced_[i].grad.data_as<float>(), static_cast<const uint16_t*>(wire_[i].data_as<uint16_t>()));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      float* g = reduced_[i].grad.data_as<float>();
+      const auto* w = static_cast<const uint16_t*>(wire_[i].data_as<uint16_t>());
+      if (options_.compress_f16)
+        host_loop(reduced_[i].grad.numel(), kernels::DecompressF16{static_cast<float>(post)}, g, w);
+      else
+        host_loop(reduced_[i].grad.numel(), kernels::DecompressBF16{static_cast<float>(post)}, g, w);
+    }
   }
   skipped_ = false;
   if (scaler_ != nullptr) {

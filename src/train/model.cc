@@ -1,6 +1,7 @@
 #include "train/model.h"
 
 #include "backend/backend.h"
+#include "backend/precision.h"
 #include "core/status.h"
 #include "models/zoo.h"
 #include "train/instrument.h"
@@ -33,6 +34,7 @@ Model::Model(std::shared_ptr<Runtime> runtime, std::string name, std::unique_ptr
   layout_ = config.get_string("data_format") == "NHWC" ? Layout::kNHWC : Layout::kNCHW;
   seed_ = instrument::init_seed(config, static_cast<uint64_t>(config.get_int("seed")));
   graph_->set_backend(make_backend(*runtime_, config));
+  graph_->set_precision(backend::parse_precision(config.get_string("precision")));
   graph_->set_dropout_seed(seed_);
   graph_->add_grad_ready([this](int index, const Parameter&) {
     if (grad_ready_) grad_ready_(static_cast<size_t>(index));

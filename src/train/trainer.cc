@@ -134,6 +134,7 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
   const bool last_pass = dist_->step(st.lr);
   st.comm_wait_s = comm_->take_wait_seconds();
   st.update_s = since(update_start) - st.comm_wait_s;
+  graph.record_step(since(start), st.update_s);
   st.step = optimizer_->steps();
   st.updated = last_pass && !dist_->last_step_skipped();
   st.total_s = since(start);

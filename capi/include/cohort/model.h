@@ -134,6 +134,30 @@ COHORT_API cohort_status_t cohort_model_io_shape(const cohort_model_t* model, in
                                                  int64_t* width, int64_t* num_classes);
 
 /**
+ * @brief Starts or stops the per-layer profile of the training steps.
+ *
+ * While on, every forward and backward pass times each layer's work and the reorders
+ * (layout and type conversions, parameter casts, gradient copies) done for it, and
+ * cohort_optimizer_train_step() adds its optimizer time and its measured step time.
+ * Turning it on starts from zero; timing costs two clock reads per primitive.
+ * @param model The model.
+ * @param enabled 1 to start (from zero), 0 to stop (the profile stays readable).
+ */
+COHORT_API cohort_status_t cohort_model_set_profiling(cohort_model_t* model, int enabled);
+
+/**
+ * @brief The profile as a table in milliseconds per step: forward, backward, reorder and
+ * total time of every layer, the optimizer, the profiled total, and beside it the
+ * measured step time (the share of it the profile accounts for).
+ * @param model The model.
+ * @param buffer Receives the NUL-terminated text; may be NULL when @p size is 0.
+ * @param size Size of @p buffer in bytes.
+ * @param[out] needed If not NULL, receives the size needed including the NUL.
+ * @return ::COHORT_ERR_INVALID_ARGUMENT if the buffer is too small.
+ */
+COHORT_API cohort_status_t cohort_model_profile(const cohort_model_t* model, char* buffer, size_t size, size_t* needed);
+
+/**
  * @brief Allocates and initialises the parameters now (He-uniform weights from the
  *        `seed` option, zero biases, unit batch-norm scales). Idempotent.
  * @param model The model.

@@ -230,6 +230,8 @@ FUNCTIONS = {
     "cohort_model_destroy": (None, [H]),
     "cohort_model_num_params": (STATUS, [H, I64P]),
     "cohort_model_summary": (STATUS, [H, c_char_p, c_size_t, SZ]),
+    "cohort_model_set_profiling": (STATUS, [H, c_int]),
+    "cohort_model_profile": (STATUS, [H, c_char_p, c_size_t, SZ]),
     "cohort_model_materialize": (STATUS, [H]),
     "cohort_model_num_tensors": (STATUS, [H, SZ]),
     "cohort_model_param": (STATUS, [H, c_size_t, POINTER(c_char_p), T, T]),

@@ -596,6 +596,14 @@ class Model(_Handle):
     def summary(self):
         return _capi.get_text(lib().cohort_model_summary, self.handle)
 
+    def set_profiling(self, enabled=True):
+        """Starts (from zero) or stops the per-layer profile of the training steps."""
+        lib().cohort_model_set_profiling(self.handle, 1 if enabled else 0)
+
+    def profile(self):
+        """The per-layer profile as text: ms per step forward, backward, reorders."""
+        return _capi.get_text(lib().cohort_model_profile, self.handle)
+
     def materialize(self):
         lib().cohort_model_materialize(self.handle)
 

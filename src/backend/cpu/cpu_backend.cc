@@ -1,25 +1,35 @@
 // The oneDNN CPU backend. Every primitive, reorder and buffer of a plan is created
 // in compile(); a step only sets the input handle and executes the lists. Tensors
 // between layers stay in whatever (blocked) layout the primitives chose; only
-// parameters and gradients are converted to and from their plain layouts.
+// parameters and gradients are converted to and from their plain layouts. At bf16,
+// layers compute and pass bf16 tensors (backend/precision.h); parameters are cast
+// from their f32 masters by the reorder that blocks them, and weight gradients come
+// out of oneDNN in f32.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
 
-#include <dnnl.hpp>
-
 #include "backend/backend.h"
+#include "backend/cpu/dnnl_compat.h"
+#include "backend/cpu/dropout_mask.h"
 #include "core/status.h"
-#include "core/threads.h"
-#include "kernels/dropout.h"
+#include "kernels/copy.h"
+#include "kernels/reduce.h"
 #include "kernels/softmax_xent.h"
 
 extern "C" {
 // libgomp, the OpenMP runtime oneDNN is built with (declared here so that cohort's
 // own sources need no -fopenmp, which would pull in clang's libomp instead).
+// GOMP_parallel is libgomp's entry for `#pragma omp parallel`: the plan's element-wise
+// loops run on the same team as oneDNN's primitives, so no second pool competes with
+// OpenMP workers still spinning after a primitive.
 void omp_set_num_threads(int);
 int omp_get_max_threads(void);
+int omp_get_thread_num(void);
+int omp_get_num_threads(void);
+void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
 }
 
 namespace cohort::backend {
@@ -30,11 +40,14 @@ using tag = memory::format_tag;
 using dt = memory::data_type;
 using dims = memory::dims;
 
-// One thing a plan does: a primitive with its arguments, or a plain function.
+// One thing a plan does: a primitive with its arguments, or a plain function; the
+// profile books it to its layer, as the layer's work or as a reorder.
 struct Item {
   dnnl::primitive prim;
   std::unordered_map<int, memory> args;
   std::function<void()> fn;
+  bool reorder = false;
+  int layer = 0;
 };
 using Items = std::vector<Item>;
 
@@ -46,13 +59,32 @@ struct Val {
   int consumers = 0;
 };
 
-memory::desc plain_md(const dims& d, Layout layout = Layout::kNCHW) {
-  if (d.size() == 4) return {d, dt::f32, layout == Layout::kNHWC ? tag::nhwc : tag::nchw};
-  if (d.size() == 2) return {d, dt::f32, tag::nc};
-  if (d.size() == 1) return {d, dt::f32, tag::a};
-  return {d, dt::f32, tag::abcde};
+memory::desc plain_md(const dims& d, dt type = dt::f32, Layout layout = Layout::kNCHW) {
+  if (d.size() == 4) return {d, type, layout == Layout::kNHWC ? tag::nhwc : tag::nchw};
+  if (d.size() == 2) return {d, type, tag::nc};
+  if (d.size() == 1) return {d, type, tag::a};
+  return {d, type, tag::abcde};
 }
-memory::desc any_md(const dims& d) { return {d, dt::f32, tag::any}; }
+memory::desc any_md(const dims& d, dt type) { return {d, type, tag::any}; }
+
+dt to_dnnl(DType t) {
+  switch (t) {
+    case DType::kBF16:
+      return dt::bf16;
+    case DType::kF16:
+      return dt::f16;
+    default:
+      return dt::f32;
+  }
+}
+DType from_dnnl(dt t) { return t == dt::bf16 ? DType::kBF16 : t == dt::f16 ? DType::kF16 : DType::kF32; }
+
+// `m` itself when it holds `type`; otherwise the plain layout of its shape in `type`
+// (a value crossing into a layer of another precision is converted by one reorder).
+memory::desc like(const memory::desc& m, dt type) {
+  if (dnnlc::dtype_of(m) == type) return m;
+  return plain_md(dnnlc::dims_of(m), type);
+}
 
 [[noreturn]] void dnnl_fail(const LayerSpec& l, const dnnl::error& e) {
   fail(Code::kDnnl, "layer '", l.name, "' (", layer_kind_name(l.kind), "): oneDNN: ", e.what());
@@ -63,11 +95,12 @@ class CpuPlan;
 // A layer's forward and backward lists, built in compile().
 class CpuLayer {
  public:
-  CpuLayer(CpuPlan& plan, const LayerSpec& spec, int index) : plan_(plan), spec_(spec), index_(index) {}
+  CpuLayer(CpuPlan& plan, const LayerSpec& spec, int index);
   virtual ~CpuLayer() = default;
   virtual void build_forward() = 0;
   virtual void build_backward() {}
   Items fwd, bwd;
+  bool fused_relu = false;  // conv, dense: apply the relu that follows (a post-op)
 
  protected:
   Val& in(int i = 0);
@@ -77,14 +110,14 @@ class CpuLayer {
   CpuPlan& plan_;
   const LayerSpec& spec_;
   int index_;
+  dt dt_;  // what the layer computes and stores its output in
 };
 
 class CpuPlan final : public Plan {
  public:
   CpuPlan(const NetSpec& spec, const Bindings& bind, const PlanOptions& opt, int threads)
       : eng_(dnnl::engine::kind::cpu, 0), stream_(eng_), spec_(spec), bind_(bind), opt_(opt), threads_(threads) {
-    const int loop_threads = threads_ > 0 ? threads_ : omp_get_max_threads();
-    if (loop_threads > 1) pool_ = std::make_unique<ThreadPool>(loop_threads - 1);
+    loop_threads_ = threads_ > 0 ? threads_ : omp_get_max_threads();
     // Before build: oneDNN fixes each primitive's thread count when it is created.
     set_threads();
     build();
@@ -95,7 +128,7 @@ class CpuPlan final : public Plan {
     vals_[0].mem.set_data_handle(const_cast<float*>(input));
     labels_ = labels;
     step_ = step;
-    run(fwd_);
+    run(fwd_, false);
   }
   float loss() const override { return loss_; }
   void backward(const float* output_grad, const std::function<void(int)>& ready) override {
@@ -106,7 +139,7 @@ class CpuPlan final : public Plan {
       std::memcpy(out_grad_.get_data_handle(), output_grad, out_grad_.get_desc().get_size());
     }
     ready_ = &ready;
-    run(bwd_);
+    run(bwd_, true);
     ready_ = nullptr;
   }
   void read(int index, float* dst) const override {
@@ -118,6 +151,16 @@ class CpuPlan final : public Plan {
     copy_to_user(vals_[0].diff, vals_[0].shape, dst);
   }
   const PlanOptions& options() const override { return opt_; }
+  void set_loss_scale(float scale) override {
+    require(std::isfinite(scale) && scale > 0, "the loss scale must be finite and > 0, got ", scale);
+    loss_scale_ = scale;
+  }
+  void set_profiling(bool on) override {
+    profiling_ = on;
+    profile_ = {};
+    profile_.layers.resize(spec_.layers.size());
+  }
+  const PlanProfile& profile() const override { return profile_; }
 
   // ---- used by the layers while building ----
   dnnl::engine eng_;
@@ -130,13 +173,19 @@ class CpuPlan final : public Plan {
   uint64_t step_ = 0;
   float loss_ = 0;
   const std::function<void(int)>* ready_ = nullptr;
+  float loss_scale_ = 1.f;
   memory out_grad_;
+
+  // A reorder from `from` to `to` (layouts and data types may both differ).
+  static void reorder(Items& items, const memory& from, const memory& to) {
+    items.push_back({dnnl::reorder(from, to), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}}, {}, true});
+  }
 
   // `v`'s data in layout `want`: v.mem itself, or a copy made by a reorder in `items`.
   memory take(Items& items, const memory& m, const memory::desc& want) {
     if (m.get_desc() == want) return m;
     memory copy(want, eng_);
-    items.push_back({dnnl::reorder(m, copy), {{DNNL_ARG_FROM, m}, {DNNL_ARG_TO, copy}}, {}});
+    reorder(items, m, copy);
     return copy;
   }
   // Memory a backward primitive writes v's gradient into; later contributions are
@@ -157,13 +206,16 @@ class CpuPlan final : public Plan {
     } else if (!v.diff) {
       v.diff = memory(m.get_desc(), eng_);
       memory to = v.diff;
-      items.push_back({{}, {}, [this, m, to] {
-                         const float* a = static_cast<const float*>(m.get_data_handle());
-                         float* b = static_cast<float*>(to.get_data_handle());
-                         for_chunks(floats(m), [&](int64_t lo, int64_t hi) {
-                           std::memcpy(b + lo, a + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+      items.push_back({{},
+                       {},
+                       [this, m, to] {
+                         const char* a = static_cast<const char*>(m.get_data_handle());
+                         char* b = static_cast<char*>(to.get_data_handle());
+                         for_chunks(static_cast<int64_t>(m.get_desc().get_size()), [&](int64_t lo, int64_t hi) {
+                           kernels::copy_bytes(b + lo, a + lo, static_cast<size_t>(hi - lo));
                          });
-                       }});
+                       },
+                       true});
     } else {
       accumulate(items, m, v);
     }
@@ -187,7 +239,7 @@ class CpuPlan final : public Plan {
     memory user(plain, eng_, bind_.grads.at(static_cast<size_t>(param)));
     if (md == plain) return user;
     memory tmp(md, eng_);
-    after.push_back({dnnl::reorder(tmp, user), {{DNNL_ARG_FROM, tmp}, {DNNL_ARG_TO, user}}, {}});
+    reorder(after, tmp, user);
     return tmp;
   }
   void ready(Items& items, int param) {
@@ -195,19 +247,28 @@ class CpuPlan final : public Plan {
                        if (ready_ && *ready_) (*ready_)(param);
                      }});
   }
-  static int64_t floats(const memory& m) { return static_cast<int64_t>(m.get_desc().get_size() / sizeof(float)); }
-  // fn(begin, end) over [0, n), split across the plan's threads (cache-line aligned).
+  static DType dtype(const memory& m) { return from_dnnl(dnnlc::dtype_of(m.get_desc())); }
+  static int64_t elems(const memory& m) { return static_cast<int64_t>(m.get_desc().get_size() / dtype_size(dtype(m))); }
+  // fn(begin, end) over [0, n), split across the plan's OpenMP team (cache-line
+  // aligned). fn must not throw.
   void for_chunks(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-    if (!pool_ || n < (1 << 14)) {
+    if (loop_threads_ <= 1 || n < (1 << 14)) {
       fn(0, n);
       return;
     }
-    const int64_t parts = pool_->size() + 1;
-    const int64_t chunk = ((n + parts - 1) / parts + 15) / 16 * 16;
-    pool_->parallel_for(static_cast<size_t>(parts), [&](size_t i) {
-      const int64_t lo = static_cast<int64_t>(i) * chunk, hi = std::min(n, lo + chunk);
-      if (lo < hi) fn(lo, hi);
-    });
+    struct Work {
+      int64_t n;
+      const std::function<void(int64_t, int64_t)>* fn;
+    } work{n, &fn};
+    GOMP_parallel(
+        [](void* p) {
+          const Work& w = *static_cast<const Work*>(p);
+          const int64_t parts = omp_get_num_threads(), i = omp_get_thread_num();
+          const int64_t chunk = ((w.n + parts - 1) / parts + 15) / 16 * 16;
+          const int64_t lo = i * chunk, hi = std::min(w.n, lo + chunk);
+          if (lo < hi) (*w.fn)(lo, hi);
+        },
+        &work, static_cast<unsigned>(loop_threads_), 0);
   }
 
  private:
@@ -215,10 +276,13 @@ class CpuPlan final : public Plan {
     if (from.get_desc() == v.diff.get_desc()) {  // same layout: a vectorised loop
       memory to = v.diff;
       items.push_back({{}, {}, [this, from, to] {
-                         const float* a = static_cast<const float*>(from.get_data_handle());
-                         float* b = static_cast<float*>(to.get_data_handle());
-                         for_chunks(floats(from), [&](int64_t lo, int64_t hi) {
-                           for (int64_t i = lo; i < hi; ++i) b[i] += a[i];
+                         const char* a = static_cast<const char*>(from.get_data_handle());
+                         char* b = static_cast<char*>(to.get_data_handle());
+                         const DType t = dtype(from);
+                         const size_t es = dtype_size(t);
+                         for_chunks(elems(from), [&](int64_t lo, int64_t hi) {
+                           const size_t off = static_cast<size_t>(lo) * es;
+                           kernels::combine(b + off, a + off, static_cast<size_t>(hi - lo), t, kernels::Reduce::kSum);
                          });
                        }});
       return;
@@ -228,16 +292,24 @@ class CpuPlan final : public Plan {
     dnnl::primitive_attr attr;
     attr.set_post_ops(po);
     dnnl::reorder::primitive_desc pd(from, v.diff, attr);
-    items.push_back({dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, v.diff}}, {}});
+    items.push_back({dnnl::reorder(pd), {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, v.diff}}, {}, true});
   }
-  void run(const Items& items) {
-    for (const Item& it : items) {
-      if (it.fn)
-        it.fn();
-      else
-        execute(it);
+  void run(const Items& items, bool backward) {
+    if (!profiling_) {
+      for (const Item& it : items) it.fn ? it.fn() : execute(it);
+      stream_.wait();
+      return;
     }
-    stream_.wait();
+    using Clock = std::chrono::steady_clock;
+    for (const Item& it : items) {
+      const auto t0 = Clock::now();
+      it.fn ? it.fn() : execute(it);
+      stream_.wait();
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      LayerTime& t = profile_.layers[static_cast<size_t>(it.layer)];
+      (it.reorder ? t.reorder : backward ? t.backward : t.forward) += s;
+    }
+    (backward ? profile_.backwards : profile_.forwards)++;
   }
   void execute(const Item& it) {
     try {
@@ -256,7 +328,7 @@ class CpuPlan final : public Plan {
     if (threads_ > 0 && omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
   }
   void copy_to_user(const memory& m, const dims& shape, float* dst) const {
-    memory user(plain_md(shape, opt_.layout), eng_, dst);
+    memory user(plain_md(shape, dt::f32, opt_.layout), eng_, dst);
     dnnl::stream s(eng_);
     dnnl::reorder(m, user).execute(s, const_cast<memory&>(m), user);
     s.wait();
@@ -264,24 +336,31 @@ class CpuPlan final : public Plan {
   void build();
 
   int threads_;
-  std::unique_ptr<ThreadPool> pool_;  // element-wise loops (oneDNN runs on OpenMP)
+  bool profiling_ = false;
+  PlanProfile profile_;
+  int loop_threads_ = 1;  // the OpenMP team of the element-wise loops
   std::vector<std::unique_ptr<CpuLayer>> layers_;
   Items fwd_, bwd_;
 };
+
+CpuLayer::CpuLayer(CpuPlan& plan, const LayerSpec& spec, int index)
+    : plan_(plan), spec_(spec), index_(index), dt_(to_dnnl(compute_dtype(spec, plan.opt_.precision))) {}
 
 Val& CpuLayer::in(int i) { return plan_.vals_[static_cast<size_t>(spec_.inputs.at(static_cast<size_t>(i)))]; }
 Val& CpuLayer::out() { return plan_.vals_[static_cast<size_t>(index_)]; }
 bool CpuLayer::training() const { return plan_.opt_.training; }
 dnnl::engine& CpuLayer::eng() { return plan_.eng_; }
 
-dims strides_of(const Window& w) { return {w.sh, w.sw}; }
-dims kernel_of(const Window& w) { return {w.kh, w.kw}; }
-dims pad_l(const Window& w) { return {w.ph, w.pw}; }
-dims pad_r(const Window& w, const dims& in, const dims& out) {
+// oneDNN's geometry of a window from input dims `in` to output dims `out`.
+dnnlc::Geometry geometry(const Window& w, const dims& in, const dims& out) {
   auto r = [](int64_t i, int64_t o, int k, int s, int p, int d) {
     return std::max<int64_t>(0, (o - 1) * s + (static_cast<int64_t>(k) - 1) * d + 1 - i - p);
   };
-  return {r(in[2], out[2], w.kh, w.sh, w.ph, w.dh), r(in[3], out[3], w.kw, w.sw, w.pw, w.dw)};
+  return {{w.sh, w.sw},
+          {w.kh, w.kw},
+          {w.dh - 1, w.dw - 1},
+          {w.ph, w.pw},
+          {r(in[2], out[2], w.kh, w.sh, w.ph, w.dh), r(in[3], out[3], w.kw, w.sw, w.pw, w.dw)}};
 }
 dnnl::prop_kind fwd_prop(bool training) {
   return training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
@@ -291,11 +370,15 @@ dnnl::prop_kind fwd_prop(bool training) {
 class InputLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
-  void build_forward() override { out().mem = memory(plain_md(out().shape, plan_.opt_.layout), eng(), nullptr); }
+  void build_forward() override {
+    out().mem = memory(plain_md(out().shape, dt::f32, plan_.opt_.layout), eng(), nullptr);
+  }
 };
 
 // Convolution and inner product share their structure: weights (+ bias), forward,
-// backward-weights (first, so gradients are ready early), backward-data.
+// backward-weights (first, so gradients are ready early), backward-data. Weights are
+// cast from their f32 masters by the reorder that blocks them; weight and bias
+// gradients are f32 whatever the layer computes in.
 template <typename Fwd, typename BwdData, typename BwdWeights>
 class WeightedLayer : public CpuLayer {
  public:
@@ -306,10 +389,15 @@ class WeightedLayer : public CpuLayer {
     plain_w_ = weights_plain();
     has_bias_ = spec_.bias;
     bias_md_ = memory::desc({d[1]}, dt::f32, tag::a);
-    src_md_ = s.size() == 2 ? in().mem.get_desc() : any_md(s);
-    w_any_ = any_md(plain_w_.dims());
-    auto fd = fwd_desc(fwd_prop(training()), src_md_, w_any_, any_md(d));
-    fpd_ = typename Fwd::primitive_desc(fd, eng());
+    src_md_ = s.size() == 2 ? plain_md(s, dt_) : any_md(s, dt_);
+    w_any_ = any_md(dnnlc::dims_of(plain_w_), dt_);
+    dnnl::primitive_attr attr;
+    if (fused_relu) {
+      dnnl::post_ops po;
+      dnnlc::append_eltwise(po, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(po);
+    }
+    fpd_ = fwd_pd(fwd_prop(training()), src_md_, w_any_, has_bias_ ? &bias_md_ : nullptr, any_md(d, dt_), attr);
     src_ = plan_.take(fwd, in().mem, fpd_.src_desc());
     w_ = plan_.param_in(fwd, spec_.params[0], plain_w_, fpd_.weights_desc());
     out().mem = memory(fpd_.dst_desc(), eng());
@@ -319,8 +407,8 @@ class WeightedLayer : public CpuLayer {
     fwd.push_back({Fwd(fpd_), args, {}});
   }
   void build_backward() override {
-    auto wd = bwd_weights_desc(src_md_, w_any_, any_md(out().shape));
-    typename BwdWeights::primitive_desc wpd(wd, eng(), fpd_);
+    const memory::desc dw_any = any_md(dnnlc::dims_of(plain_w_), dt::f32);
+    auto wpd = bwd_weights_pd(src_md_, dw_any, has_bias_ ? &bias_md_ : nullptr, any_md(out().shape, dt_));
     Items after;
     memory src = plan_.take(bwd, src_, wpd.src_desc());
     memory dd = plan_.diff_source(bwd, out(), wpd.diff_dst_desc());
@@ -333,8 +421,8 @@ class WeightedLayer : public CpuLayer {
     plan_.ready(bwd, spec_.params[0]);
     if (has_bias_) plan_.ready(bwd, spec_.params[1]);
     if (!in().needs_grad) return;
-    auto dd_desc = bwd_data_desc(in().shape.size() == 2 ? src_md_ : any_md(in().shape), w_any_, any_md(out().shape));
-    typename BwdData::primitive_desc dpd(dd_desc, eng(), fpd_);
+    auto dpd =
+        bwd_data_pd(in().shape.size() == 2 ? src_md_ : any_md(in().shape, dt_), w_any_, any_md(out().shape, dt_));
     Items post;
     memory dd2 = plan_.diff_source(bwd, out(), dpd.diff_dst_desc());
     memory w = plan_.take(bwd, w_, dpd.weights_desc());
@@ -345,31 +433,28 @@ class WeightedLayer : public CpuLayer {
 
  protected:
   virtual memory::desc weights_plain() const = 0;
-  virtual typename Fwd::desc fwd_desc(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
-                                      const memory::desc& d) const = 0;
-  virtual typename BwdData::desc bwd_data_desc(const memory::desc& s, const memory::desc& w,
-                                               const memory::desc& d) const = 0;
-  virtual typename BwdWeights::desc bwd_weights_desc(const memory::desc& s, const memory::desc& w,
-                                                     const memory::desc& d) const = 0;
+  virtual typename Fwd::primitive_desc fwd_pd(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
+                                              const memory::desc* bias, const memory::desc& d,
+                                              const dnnl::primitive_attr& attr) = 0;
+  virtual typename BwdData::primitive_desc bwd_data_pd(const memory::desc& s, const memory::desc& w,
+                                                       const memory::desc& d) = 0;
+  virtual typename BwdWeights::primitive_desc bwd_weights_pd(const memory::desc& s, const memory::desc& w,
+                                                             const memory::desc* bias, const memory::desc& d) = 0;
   memory::desc bias_md_, src_md_, w_any_, plain_w_;
   bool has_bias_ = false;
   typename Fwd::primitive_desc fpd_;
   memory src_, w_;
 };
 
-class ConvLayer final : public WeightedLayer<dnnl::convolution_forward, dnnl::convolution_backward_data,
-                                             dnnl::convolution_backward_weights> {
+class ConvLayer final : public WeightedLayer<dnnlc::ConvFwd, dnnlc::ConvBwdData, dnnlc::ConvBwdWeights> {
  public:
   using WeightedLayer::WeightedLayer;
   void build_forward() override {
-    pr_ = pad_r(spec_.win, in().shape, out().shape);
+    geo_ = geometry(spec_.win, in().shape, out().shape);
     WeightedLayer::build_forward();
   }
 
  private:
-  using F = dnnl::convolution_forward;
-  using BD = dnnl::convolution_backward_data;
-  using BW = dnnl::convolution_backward_weights;
   memory::desc weights_plain() const override {
     const auto& w = spec_.win;
     const int64_t o = spec_.out_channels, i = plan_.vals_[static_cast<size_t>(spec_.inputs[0])].shape[1];
@@ -377,100 +462,81 @@ class ConvLayer final : public WeightedLayer<dnnl::convolution_forward, dnnl::co
     if (g == 1) return {{o, i, w.kh, w.kw}, dt::f32, tag::oihw};
     return {{g, o / g, i / g, w.kh, w.kw}, dt::f32, tag::goihw};
   }
-  dims dil() const { return {spec_.win.dh - 1, spec_.win.dw - 1}; }
-  const dims& pr() const { return pr_; }
-  dims pr_;
-  F::desc fwd_desc(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
-                   const memory::desc& d) const override {
-    if (spec_.bias)
-      return F::desc(pk, dnnl::algorithm::convolution_direct, s, w, bias_md_, d, strides_of(spec_.win), dil(),
-                     pad_l(spec_.win), pr());
-    return F::desc(pk, dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win),
-                   pr());
+  dnnlc::ConvFwd::primitive_desc fwd_pd(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
+                                        const memory::desc* bias, const memory::desc& d,
+                                        const dnnl::primitive_attr& attr) override {
+    return dnnlc::conv_forward(eng(), pk, s, w, bias, d, geo_, attr);
   }
-  BD::desc bwd_data_desc(const memory::desc& s, const memory::desc& w, const memory::desc& d) const override {
-    return BD::desc(dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win), pr());
+  dnnlc::ConvBwdData::primitive_desc bwd_data_pd(const memory::desc& s, const memory::desc& w,
+                                                 const memory::desc& d) override {
+    return dnnlc::conv_backward_data(eng(), s, w, d, geo_, fpd_);
   }
-  BW::desc bwd_weights_desc(const memory::desc& s, const memory::desc& w, const memory::desc& d) const override {
-    if (spec_.bias)
-      return BW::desc(dnnl::algorithm::convolution_direct, s, w, bias_md_, d, strides_of(spec_.win), dil(),
-                      pad_l(spec_.win), pr());
-    return BW::desc(dnnl::algorithm::convolution_direct, s, w, d, strides_of(spec_.win), dil(), pad_l(spec_.win), pr());
+  dnnlc::ConvBwdWeights::primitive_desc bwd_weights_pd(const memory::desc& s, const memory::desc& w,
+                                                       const memory::desc* bias, const memory::desc& d) override {
+    return dnnlc::conv_backward_weights(eng(), s, w, bias, d, geo_, fpd_);
   }
+  dnnlc::Geometry geo_;
 };
 
-class DenseLayer final : public WeightedLayer<dnnl::inner_product_forward, dnnl::inner_product_backward_data,
-                                              dnnl::inner_product_backward_weights> {
+class DenseLayer final : public WeightedLayer<dnnlc::IpFwd, dnnlc::IpBwdData, dnnlc::IpBwdWeights> {
  public:
   using WeightedLayer::WeightedLayer;
 
  private:
-  using F = dnnl::inner_product_forward;
-  using BD = dnnl::inner_product_backward_data;
-  using BW = dnnl::inner_product_backward_weights;
   memory::desc weights_plain() const override {
     const int64_t i = plan_.vals_[static_cast<size_t>(spec_.inputs[0])].shape[1];
     return {{spec_.out_channels, i}, dt::f32, tag::oi};
   }
-  F::desc fwd_desc(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
-                   const memory::desc& d) const override {
-    if (spec_.bias) return F::desc(pk, s, w, bias_md_, d);
-    return F::desc(pk, s, w, d);
+  dnnlc::IpFwd::primitive_desc fwd_pd(dnnl::prop_kind pk, const memory::desc& s, const memory::desc& w,
+                                      const memory::desc* bias, const memory::desc& d,
+                                      const dnnl::primitive_attr& attr) override {
+    return dnnlc::ip_forward(eng(), pk, s, w, bias, d, attr);
   }
-  BD::desc bwd_data_desc(const memory::desc& s, const memory::desc& w, const memory::desc& d) const override {
-    return BD::desc(s, w, d);
+  dnnlc::IpBwdData::primitive_desc bwd_data_pd(const memory::desc& s, const memory::desc& w,
+                                               const memory::desc& d) override {
+    return dnnlc::ip_backward_data(eng(), s, w, d, fpd_);
   }
-  BW::desc bwd_weights_desc(const memory::desc& s, const memory::desc& w, const memory::desc& d) const override {
-    if (spec_.bias) return BW::desc(s, w, bias_md_, d);
-    return BW::desc(s, w, d);
+  dnnlc::IpBwdWeights::primitive_desc bwd_weights_pd(const memory::desc& s, const memory::desc& w,
+                                                     const memory::desc* bias, const memory::desc& d) override {
+    return dnnlc::ip_backward_weights(eng(), s, w, bias, d, fpd_);
   }
 };
 
-// Scale and shift are packed into oneDNN's [2, C] scale_shift (oneDNN 2.6 cannot
-// execute backward with separate use_scale | use_shift); the copies are per step, C
-// floats each.
+// Statistics, scale and shift are f32 at every precision. oneDNN 2.x takes scale and
+// shift packed into one [2, C] tensor (copied per step, C floats each); 3.x binds the
+// parameters and their gradients directly.
 class BatchNormLayer final : public CpuLayer {
  public:
   // fuse_relu: the relu that follows is applied here (one pass less each way).
   BatchNormLayer(CpuPlan& plan, const LayerSpec& spec, int index, bool fuse_relu)
       : CpuLayer(plan, spec, index), fuse_relu_(fuse_relu) {}
   void build_forward() override {
-    using F = dnnl::batch_normalization_forward;
-    md_ = in().mem.get_desc();
-    auto flags = dnnl::normalization_flags::use_scale_shift;
+    md_ = like(in().mem.get_desc(), dt_);
+    src_ = plan_.take(fwd, in().mem, md_);
+    auto flags = dnnlc::bn_scale_shift_flags();
     if (fuse_relu_) flags = flags | dnnl::normalization_flags::fuse_norm_relu;
     if (!training()) flags = flags | dnnl::normalization_flags::use_global_stats;
     flags_ = flags;
-    pd_ = F::primitive_desc(F::desc(fwd_prop(training()), md_, spec_.eps, flags), eng());
+    pd_ = dnnlc::bn_forward(eng(), fwd_prop(training()), md_, spec_.eps, flags);
     const int64_t c = out().shape[1];
-    memory::desc cmd({c}, dt::f32, tag::a);
+    cmd_ = memory::desc({c}, dt::f32, tag::a);
     auto st = [&](int i) { return plan_.bind_.states[static_cast<size_t>(spec_.states[static_cast<size_t>(i)])]; };
-    ss_ = memory(pd_.weights_desc(), eng());
-    const float* scale = param(plan_.bind_.params, 0);
-    const float* shift = param(plan_.bind_.params, 1);
-    fwd.push_back({{}, {}, [this, scale, shift, c] {
-                     float* ss = static_cast<float*>(ss_.get_data_handle());
-                     std::memcpy(ss, scale, static_cast<size_t>(c) * sizeof(float));
-                     std::memcpy(ss + c, shift, static_cast<size_t>(c) * sizeof(float));
-                   }});
     out().mem = memory(pd_.dst_desc(), eng());
     if (training()) {
       mean_ = memory(pd_.mean_desc(), eng());
       var_ = memory(pd_.variance_desc(), eng());
     } else {
-      mean_ = memory(cmd, eng(), st(0));
-      var_ = memory(cmd, eng(), st(1));
+      mean_ = memory(cmd_, eng(), st(0));
+      var_ = memory(cmd_, eng(), st(1));
     }
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in().mem},
-                                         {DNNL_ARG_DST, out().mem},
-                                         {DNNL_ARG_SCALE_SHIFT, ss_},
-                                         {DNNL_ARG_MEAN, mean_},
-                                         {DNNL_ARG_VARIANCE, var_}};
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, out().mem}, {DNNL_ARG_MEAN, mean_}, {DNNL_ARG_VARIANCE, var_}};
+    bind_scale_shift(fwd, args, true);
     if (fuse_relu_ && training()) {
       ws_ = memory(pd_.workspace_desc(), eng());
       args[DNNL_ARG_WORKSPACE] = ws_;
     }
-    fwd.push_back({F(pd_), args, {}});
+    fwd.push_back({dnnlc::BnFwd(pd_), args, {}});
     if (!training()) return;
     int64_t count = 1;
     for (size_t i = 0; i < out().shape.size(); ++i)
@@ -489,26 +555,35 @@ class BatchNormLayer final : public CpuLayer {
                    }});
   }
   void build_backward() override {
-    using B = dnnl::batch_normalization_backward;
-    B::primitive_desc bpd(B::desc(dnnl::prop_kind::backward, md_, md_, spec_.eps, flags_), eng(), pd_);
+    auto bpd = dnnlc::bn_backward(eng(), md_, md_, spec_.eps, flags_, pd_);
     Items post;
     memory dd = plan_.diff_source(bwd, out(), bpd.diff_dst_desc());
-    memory dss(bpd.diff_weights_desc(), eng());
     memory ds =
         in().needs_grad ? plan_.diff_target(post, in(), bpd.diff_src_desc()) : memory(bpd.diff_src_desc(), eng());
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_SRC, in().mem},    {DNNL_ARG_MEAN, mean_},  {DNNL_ARG_VARIANCE, var_},       {DNNL_ARG_DIFF_DST, dd},
-        {DNNL_ARG_SCALE_SHIFT, ss_}, {DNNL_ARG_DIFF_SRC, ds}, {DNNL_ARG_DIFF_SCALE_SHIFT, dss}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_},
+                                         {DNNL_ARG_MEAN, mean_},
+                                         {DNNL_ARG_VARIANCE, var_},
+                                         {DNNL_ARG_DIFF_DST, dd},
+                                         {DNNL_ARG_DIFF_SRC, ds}};
+    bind_scale_shift(bwd, args, false);
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
-    bwd.push_back({B(bpd), args, {}});
     float* dscale = param(plan_.bind_.grads, 0);
     float* dshift = param(plan_.bind_.grads, 1);
     const int64_t c = out().shape[1];
-    bwd.push_back({{}, {}, [dss, dscale, dshift, c] {
-                     const float* d = static_cast<const float*>(dss.get_data_handle());
-                     std::memcpy(dscale, d, static_cast<size_t>(c) * sizeof(float));
-                     std::memcpy(dshift, d + c, static_cast<size_t>(c) * sizeof(float));
-                   }});
+    if constexpr (dnnlc::kPackedScaleShift) {
+      memory dss(bpd.diff_weights_desc(), eng());
+      args[dnnlc::kArgDiffScaleShift] = dss;
+      bwd.push_back({dnnlc::BnBwd(bpd), args, {}});
+      bwd.push_back({{}, {}, [dss, dscale, dshift, c] {
+                       const float* d = static_cast<const float*>(dss.get_data_handle());
+                       std::memcpy(dscale, d, static_cast<size_t>(c) * sizeof(float));
+                       std::memcpy(dshift, d + c, static_cast<size_t>(c) * sizeof(float));
+                     }});
+    } else {
+      args[dnnlc::kArgDiffScale] = memory(cmd_, eng(), dscale);
+      args[dnnlc::kArgDiffShift] = memory(cmd_, eng(), dshift);
+      bwd.push_back({dnnlc::BnBwd(bpd), args, {}});
+    }
     plan_.ready(bwd, spec_.params[0]);
     plan_.ready(bwd, spec_.params[1]);
     for (auto& it : post) bwd.push_back(it);
@@ -518,18 +593,39 @@ class BatchNormLayer final : public CpuLayer {
   float* param(const std::vector<float*>& v, int i) const {
     return v[static_cast<size_t>(spec_.params[static_cast<size_t>(i)])];
   }
+  // Scale and shift as arguments: the parameters themselves (3.x's backward takes no
+  // shift: passing one fails its execution), or (2.x) a packed copy refreshed by the
+  // first forward item.
+  void bind_scale_shift(Items& items, std::unordered_map<int, memory>& args, bool forward) {
+    float* scale = param(plan_.bind_.params, 0);
+    float* shift = param(plan_.bind_.params, 1);
+    if constexpr (dnnlc::kPackedScaleShift) {
+      if (!ss_) {
+        const int64_t c = out().shape[1];
+        ss_ = memory(pd_.weights_desc(), eng());
+        items.push_back({{}, {}, [this, scale, shift, c] {
+                           float* ss = static_cast<float*>(ss_.get_data_handle());
+                           std::memcpy(ss, scale, static_cast<size_t>(c) * sizeof(float));
+                           std::memcpy(ss + c, shift, static_cast<size_t>(c) * sizeof(float));
+                         }});
+      }
+      args[dnnlc::kArgScaleShift] = ss_;
+    } else {
+      args[dnnlc::kArgScale] = memory(cmd_, eng(), scale);
+      if (forward) args[dnnlc::kArgShift] = memory(cmd_, eng(), shift);
+    }
+  }
   bool fuse_relu_;
-  memory::desc md_;
+  memory::desc md_, cmd_;
   dnnl::normalization_flags flags_{};
-  dnnl::batch_normalization_forward::primitive_desc pd_;
-  memory ss_, mean_, var_, ws_;
+  dnnlc::BnFwd::primitive_desc pd_;
+  memory src_, ss_, mean_, var_, ws_;
 };
 
 class PoolLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
   void build_forward() override {
-    using F = dnnl::pooling_forward;
     const bool global = spec_.kind == LayerKind::kGlobalAvgPool;
     Window w = spec_.win;
     dims od = out().shape;
@@ -542,40 +638,36 @@ class PoolLayer final : public CpuLayer {
     }
     algo_ =
         spec_.kind == LayerKind::kMaxPool ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
-    src_md_ = in().mem.get_desc();
-    w_ = w;
+    src_md_ = like(in().mem.get_desc(), dt_);
+    memory src = plan_.take(fwd, in().mem, src_md_);
+    geo_ = geometry(w, in().shape, od);
     od_ = od;
-    pd_ = F::primitive_desc(F::desc(fwd_prop(training()), algo_, src_md_, any_md(od), strides_of(w), kernel_of(w),
-                                    pad_l(w), pad_r(w, in().shape, od)),
-                            eng());
+    pd_ = dnnlc::pool_forward(eng(), fwd_prop(training()), algo_, src_md_, any_md(od, dt_), geo_);
     memory dst(pd_.dst_desc(), eng());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in().mem}, {DNNL_ARG_DST, dst}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, dst}};
     if (training() && algo_ == dnnl::algorithm::pooling_max) {
       ws_ = memory(pd_.workspace_desc(), eng());
       args[DNNL_ARG_WORKSPACE] = ws_;
     }
-    fwd.push_back({F(pd_), args, {}});
+    fwd.push_back({dnnlc::PoolFwd(pd_), args, {}});
     pool_dst_ = dst;
     if (!global) {
       out().mem = dst;
       return;
     }
     // [N, C, 1, 1] → plain [N, C]
-    memory flat4(plain_md(od), eng());
-    out().mem = memory(plain_md(out().shape), eng(), flat4.get_data_handle());
+    memory flat4(plain_md(od, dt_), eng());
+    out().mem = memory(plain_md(out().shape, dt_), eng(), flat4.get_data_handle());
     flat4_ = flat4;
-    fwd.push_back({dnnl::reorder(dst, flat4), {{DNNL_ARG_FROM, dst}, {DNNL_ARG_TO, flat4}}, {}});
+    CpuPlan::reorder(fwd, dst, flat4);
   }
   void build_backward() override {
     if (!in().needs_grad) return;
-    using B = dnnl::pooling_backward;
-    B::primitive_desc bpd(B::desc(algo_, src_md_, pool_dst_.get_desc(), strides_of(w_), kernel_of(w_), pad_l(w_),
-                                  pad_r(w_, in().shape, od_)),
-                          eng(), pd_);
+    auto bpd = dnnlc::pool_backward(eng(), algo_, src_md_, pool_dst_.get_desc(), geo_, pd_);
     memory dd;
     if (spec_.kind == LayerKind::kGlobalAvgPool) {
-      memory d2 = plan_.diff_source(bwd, out(), plain_md(out().shape));
-      memory d4(plain_md(od_), eng(), d2.get_data_handle());
+      memory d2 = plan_.diff_source(bwd, out(), plain_md(out().shape, dt_));
+      memory d4(plain_md(od_, dt_), eng(), d2.get_data_handle());
       dd = plan_.take(bwd, d4, bpd.diff_dst_desc());
       keep_ = d4;
     } else {
@@ -585,16 +677,16 @@ class PoolLayer final : public CpuLayer {
     memory ds = plan_.diff_target(post, in(), bpd.diff_src_desc());
     std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, dd}, {DNNL_ARG_DIFF_SRC, ds}};
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
-    bwd.push_back({B(bpd), args, {}});
+    bwd.push_back({dnnlc::PoolBwd(bpd), args, {}});
     for (auto& it : post) bwd.push_back(it);
   }
 
  private:
   dnnl::algorithm algo_{};
   memory::desc src_md_;
-  Window w_;
+  dnnlc::Geometry geo_;
   dims od_;
-  dnnl::pooling_forward::primitive_desc pd_;
+  dnnlc::PoolFwd::primitive_desc pd_;
   memory ws_, pool_dst_, flat4_, keep_;
 };
 
@@ -602,46 +694,48 @@ class LrnLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
   void build_forward() override {
-    using F = dnnl::lrn_forward;
-    md_ = in().mem.get_desc();
-    pd_ = F::primitive_desc(F::desc(fwd_prop(training()), dnnl::algorithm::lrn_across_channels, md_, spec_.lrn_size,
-                                    spec_.lrn_alpha, spec_.lrn_beta, spec_.lrn_k),
-                            eng());
+    md_ = like(in().mem.get_desc(), dt_);
+    src_ = plan_.take(fwd, in().mem, md_);
+    lp_ = {spec_.lrn_size, spec_.lrn_alpha, spec_.lrn_beta, spec_.lrn_k};
+    pd_ = dnnlc::lrn_forward(eng(), fwd_prop(training()), md_, lp_);
     out().mem = memory(pd_.dst_desc(), eng());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in().mem}, {DNNL_ARG_DST, out().mem}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, out().mem}};
     if (training() && pd_.workspace_desc().get_size() > 0) {
       ws_ = memory(pd_.workspace_desc(), eng());
       args[DNNL_ARG_WORKSPACE] = ws_;
     }
-    fwd.push_back({F(pd_), args, {}});
+    fwd.push_back({dnnlc::LrnFwd(pd_), args, {}});
   }
   void build_backward() override {
     if (!in().needs_grad) return;
-    using B = dnnl::lrn_backward;
-    B::primitive_desc bpd(B::desc(dnnl::algorithm::lrn_across_channels, md_, out().mem.get_desc(), spec_.lrn_size,
-                                  spec_.lrn_alpha, spec_.lrn_beta, spec_.lrn_k),
-                          eng(), pd_);
+    auto bpd = dnnlc::lrn_backward(eng(), out().mem.get_desc(), md_, lp_, pd_);
     memory dd = plan_.diff_source(bwd, out(), bpd.diff_dst_desc());
     Items post;
     memory ds = plan_.diff_target(post, in(), bpd.diff_src_desc());
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in().mem}, {DNNL_ARG_DIFF_DST, dd}, {DNNL_ARG_DIFF_SRC, ds}};
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, src_}, {DNNL_ARG_DIFF_DST, dd}, {DNNL_ARG_DIFF_SRC, ds}};
     if (ws_) args[DNNL_ARG_WORKSPACE] = ws_;
-    bwd.push_back({B(bpd), args, {}});
+    bwd.push_back({dnnlc::LrnBwd(bpd), args, {}});
     for (auto& it : post) bwd.push_back(it);
   }
 
  private:
   memory::desc md_;
-  dnnl::lrn_forward::primitive_desc pd_;
-  memory ws_;
+  dnnlc::LrnParams lp_{};
+  dnnlc::LrnFwd::primitive_desc pd_;
+  memory src_, ws_;
 };
 
 class ActLayer final : public CpuLayer {
  public:
-  ActLayer(CpuPlan& plan, const LayerSpec& spec, int index, bool in_place)
-      : CpuLayer(plan, spec, index), in_place_(in_place) {}
+  // in_place: overwrite the input; done_by_input: the producer already applied this
+  // relu (a conv or dense post-op), so only backward is left (in place, from dst).
+  ActLayer(CpuPlan& plan, const LayerSpec& spec, int index, bool in_place, bool done_by_input = false)
+      : CpuLayer(plan, spec, index), in_place_(in_place || done_by_input), done_by_input_(done_by_input) {}
   void build_forward() override {
-    using F = dnnl::eltwise_forward;
+    md_ = like(in().mem.get_desc(), dt_);
+    in_place_ = in_place_ && md_ == in().mem.get_desc();
+    require(in_place_ || !done_by_input_, "layer '", spec_.name, "': a fused relu must keep its input's layout");
+    src_ = plan_.take(fwd, in().mem, md_);
     switch (spec_.act) {
       case ActKind::kRelu:
       case ActKind::kLeakyRelu:
@@ -658,15 +752,13 @@ class ActLayer final : public CpuLayer {
         break;
     }
     alpha_ = spec_.act == ActKind::kLeakyRelu || spec_.act == ActKind::kElu ? spec_.alpha : 0.f;
-    md_ = in().mem.get_desc();
-    pd_ = F::primitive_desc(F::desc(fwd_prop(training()), algo_, md_, alpha_, 0.f), eng());
+    pd_ = dnnlc::eltwise_forward(eng(), fwd_prop(training()), algo_, md_, alpha_, 0.f);
     out().mem = in_place_ ? in().mem : memory(md_, eng());
-    fwd.push_back({F(pd_), {{DNNL_ARG_SRC, in().mem}, {DNNL_ARG_DST, out().mem}}, {}});
+    if (!done_by_input_) fwd.push_back({dnnlc::EltFwd(pd_), {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, out().mem}}, {}});
   }
   void build_backward() override {
     if (!in().needs_grad) return;
-    using B = dnnl::eltwise_backward;
-    B::primitive_desc bpd(B::desc(algo_, md_, md_, alpha_, 0.f), eng(), pd_);
+    auto bpd = dnnlc::eltwise_backward(eng(), algo_, md_, md_, alpha_, 0.f, pd_);
     memory dd = plan_.diff_source(bwd, out(), md_);
     Items post;
     memory ds;
@@ -677,17 +769,18 @@ class ActLayer final : public CpuLayer {
       ds = plan_.diff_target(post, in(), md_);
     }
     const int data_arg = in_place_ ? DNNL_ARG_DST : DNNL_ARG_SRC;
-    memory data = in_place_ ? out().mem : in().mem;
-    bwd.push_back({B(bpd), {{data_arg, data}, {DNNL_ARG_DIFF_DST, dd}, {DNNL_ARG_DIFF_SRC, ds}}, {}});
+    memory data = in_place_ ? out().mem : src_;
+    bwd.push_back({dnnlc::EltBwd(bpd), {{data_arg, data}, {DNNL_ARG_DIFF_DST, dd}, {DNNL_ARG_DIFF_SRC, ds}}, {}});
     for (auto& it : post) bwd.push_back(it);
   }
 
  private:
-  bool in_place_;
+  bool in_place_, done_by_input_;
   dnnl::algorithm algo_{};
   float alpha_ = 0;
   memory::desc md_;
-  dnnl::eltwise_forward::primitive_desc pd_;
+  dnnlc::EltFwd::primitive_desc pd_;
+  memory src_;
 };
 
 // A layer whose work another layer does (a relu fused into the batch norm before
@@ -702,6 +795,8 @@ class PassLayer final : public CpuLayer {
   }
 };
 
+// The forward draws the keep mask (kernels::dropout_factor's draws) and keeps it for
+// backward, which applies it to the gradient.
 class DropoutLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
@@ -711,12 +806,22 @@ class DropoutLayer final : public CpuLayer {
       identity_ = true;
       return;
     }
-    out().mem = memory(in().mem.get_desc(), eng());
-    fwd.push_back({{}, {}, [this] { apply(in().mem, out().mem); }});
+    const memory::desc md = like(in().mem.get_desc(), dt_);
+    src_ = plan_.take(fwd, in().mem, md);
+    out().mem = memory(md, eng());
+    keep_.resize(static_cast<size_t>(CpuPlan::elems(src_)));
+    fwd.push_back({{}, {}, [this] {
+                     const uint64_t stream = (plan_.step_ << 20) ^ static_cast<uint64_t>(index_);
+                     plan_.for_chunks(CpuPlan::elems(src_), [&](int64_t lo, int64_t hi) {
+                       dropout_mask(keep_.data() + lo, hi - lo, static_cast<uint64_t>(lo), stream, plan_.opt_.seed,
+                                    spec_.p);
+                       apply(src_, out().mem, lo, hi);
+                     });
+                   }});
   }
   void build_backward() override {
     if (!in().needs_grad) return;
-    const memory::desc md = in().mem.get_desc();
+    const memory::desc md = out().mem.get_desc();
     memory dd = plan_.diff_source(bwd, out(), md);
     if (identity_) {
       plan_.deliver(bwd, in(), dd, true);
@@ -724,20 +829,26 @@ class DropoutLayer final : public CpuLayer {
     }
     Items post;
     memory ds = plan_.diff_target(post, in(), md);
-    bwd.push_back({{}, {}, [this, dd, ds] { apply(dd, ds); }});
+    bwd.push_back({{}, {}, [this, dd, ds] {
+                     plan_.for_chunks(CpuPlan::elems(dd), [&](int64_t lo, int64_t hi) { apply(dd, ds, lo, hi); });
+                   }});
     for (auto& it : post) bwd.push_back(it);
   }
 
  private:
-  void apply(const memory& src, const memory& dst) const {
-    const uint64_t stream = (plan_.step_ << 20) ^ static_cast<uint64_t>(index_);
-    const float* x = static_cast<const float*>(src.get_data_handle());
-    float* y = static_cast<float*>(dst.get_data_handle());
-    plan_.for_chunks(CpuPlan::floats(src), [&](int64_t lo, int64_t hi) {
-      kernels::dropout_apply(x + lo, y + lo, hi - lo, static_cast<uint64_t>(lo), stream, plan_.opt_.seed, spec_.p);
-    });
+  void apply(const memory& src, const memory& dst, int64_t lo, int64_t hi) const {
+    const float scale = 1.f / (1.f - spec_.p);
+    const uint8_t* keep = keep_.data() + lo;
+    if (CpuPlan::dtype(src) == DType::kBF16)
+      dropout_apply_mask(static_cast<const uint16_t*>(src.get_data_handle()) + lo,
+                         static_cast<uint16_t*>(dst.get_data_handle()) + lo, keep, hi - lo, scale);
+    else
+      dropout_apply_mask(static_cast<const float*>(src.get_data_handle()) + lo,
+                         static_cast<float*>(dst.get_data_handle()) + lo, keep, hi - lo, scale);
   }
   bool identity_ = false;
+  memory src_;
+  std::vector<uint8_t> keep_;
 };
 
 class ConcatLayer final : public CpuLayer {
@@ -745,17 +856,21 @@ class ConcatLayer final : public CpuLayer {
   using CpuLayer::CpuLayer;
   void build_forward() override {
     std::vector<memory::desc> srcs;
-    for (size_t i = 0; i < spec_.inputs.size(); ++i) srcs.push_back(in(static_cast<int>(i)).mem.get_desc());
-    dnnl::concat::primitive_desc pd(1, srcs, eng());
+    std::unordered_map<int, memory> args;
+    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
+      const memory& m = in(static_cast<int>(i)).mem;
+      memory src = plan_.take(fwd, m, like(m.get_desc(), dt_));
+      srcs.push_back(src.get_desc());
+      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = src;
+    }
+    auto pd = dnnlc::concat(eng(), nullptr, 1, srcs);
     memory::desc dst = pd.dst_desc();
     if (!views_ok(dst)) {
-      dst = plain_md(out().shape);
-      pd = dnnl::concat::primitive_desc(dst, 1, srcs, eng());
+      dst = plain_md(out().shape, dt_);
+      pd = dnnlc::concat(eng(), &dst, 1, srcs);
     }
     out().mem = memory(pd.dst_desc(), eng());
-    std::unordered_map<int, memory> args{{DNNL_ARG_DST, out().mem}};
-    for (size_t i = 0; i < srcs.size(); ++i)
-      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = in(static_cast<int>(i)).mem;
+    args[DNNL_ARG_DST] = out().mem;
     fwd.push_back({dnnl::concat(pd), args, {}});
   }
   void build_backward() override {
@@ -772,8 +887,8 @@ class ConcatLayer final : public CpuLayer {
         offs[1] = off;
         memory view(md.submemory_desc(sub, offs), eng(), dd.get_data_handle());
         Items post;
-        memory ds = plan_.diff_target(post, v, v.mem.get_desc());
-        bwd.push_back({dnnl::reorder(view, ds), {{DNNL_ARG_FROM, view}, {DNNL_ARG_TO, ds}}, {}});
+        memory ds = plan_.diff_target(post, v, like(v.mem.get_desc(), dt_));
+        CpuPlan::reorder(bwd, view, ds);
         for (auto& it : post) bwd.push_back(it);
       }
       off += c;
@@ -803,25 +918,25 @@ class AddLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
   void build_forward() override {
-    const memory::desc md = in(0).mem.get_desc();
-    std::vector<memory::desc> srcs;
-    std::unordered_map<int, memory> args;
-    for (size_t i = 0; i < spec_.inputs.size(); ++i) {
-      memory m = plan_.take(fwd, in(static_cast<int>(i)).mem, md);
-      srcs.push_back(md);
-      args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)] = m;
-    }
-    out().mem = memory(md, eng());
-    // One vectorised pass over the buffers (oneDNN's sum is a slow generic kernel for
-    // blocked layouts).
+    const memory::desc md = like(in(0).mem.get_desc(), dt_);
     std::vector<memory> ins;
-    for (size_t i = 0; i < srcs.size(); ++i) ins.push_back(args[DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i)]);
+    for (size_t i = 0; i < spec_.inputs.size(); ++i) ins.push_back(plan_.take(fwd, in(static_cast<int>(i)).mem, md));
+    out().mem = memory(md, eng());
     memory dst = out().mem;
+    if (dt_ != dt::f32) {  // oneDNN's binary add, in place after the first pair
+      const dnnl::binary add(dnnlc::binary_add(eng(), md));
+      for (size_t k = 1; k < ins.size(); ++k)
+        fwd.push_back(
+            {add, {{DNNL_ARG_SRC_0, k == 1 ? ins[0] : dst}, {DNNL_ARG_SRC_1, ins[k]}, {DNNL_ARG_DST, dst}}, {}});
+      return;
+    }
+    // f32: one vectorised pass over the buffers (oneDNN's sum is a slow generic kernel
+    // for blocked layouts).
     fwd.push_back({{}, {}, [this, ins, dst] {
                      float* y = static_cast<float*>(dst.get_data_handle());
                      const float* a = static_cast<const float*>(ins[0].get_data_handle());
                      const float* b = static_cast<const float*>(ins[1].get_data_handle());
-                     plan_.for_chunks(CpuPlan::floats(dst), [&](int64_t lo, int64_t hi) {
+                     plan_.for_chunks(CpuPlan::elems(dst), [&](int64_t lo, int64_t hi) {
                        for (int64_t i = lo; i < hi; ++i) y[i] = a[i] + b[i];
                        for (size_t k = 2; k < ins.size(); ++k) {
                          const float* c = static_cast<const float*>(ins[k].get_data_handle());
@@ -847,21 +962,21 @@ class FlattenLayer final : public CpuLayer {
   using CpuLayer::CpuLayer;
   void build_forward() override {
     if (in().shape.size() == 2) {
-      out().mem = in().mem;
+      out().mem = plan_.take(fwd, in().mem, plain_md(out().shape, dt_));
       return;
     }
-    plain4_ = memory(plain_md(in().shape), eng());
-    fwd.push_back({dnnl::reorder(in().mem, plain4_), {{DNNL_ARG_FROM, in().mem}, {DNNL_ARG_TO, plain4_}}, {}});
-    out().mem = memory(plain_md(out().shape), eng(), plain4_.get_data_handle());
+    plain4_ = memory(plain_md(in().shape, dt_), eng());
+    CpuPlan::reorder(fwd, in().mem, plain4_);
+    out().mem = memory(plain_md(out().shape, dt_), eng(), plain4_.get_data_handle());
   }
   void build_backward() override {
     if (!in().needs_grad) return;
-    memory d2 = plan_.diff_source(bwd, out(), plain_md(out().shape));
+    memory d2 = plan_.diff_source(bwd, out(), plain_md(out().shape, dt_));
     if (in().shape.size() == 2) {
       plan_.deliver(bwd, in(), d2, true);
       return;
     }
-    memory d4(plain_md(in().shape), eng(), d2.get_data_handle());
+    memory d4(plain_md(in().shape, dt_), eng(), d2.get_data_handle());
     plan_.deliver(bwd, in(), d4, true);
     keep_ = d4;
   }
@@ -874,42 +989,45 @@ class ShortcutALayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
   void build_forward() override {
-    src_ = plan_.take(fwd, in().mem, plain_md(in().shape));
-    out().mem = memory(plain_md(out().shape), eng());
-    fwd.push_back({{}, {}, [this] {
-                     move(true, static_cast<float*>(src_.get_data_handle()),
-                          static_cast<float*>(out().mem.get_data_handle()));
-                   }});
+    src_ = plan_.take(fwd, in().mem, plain_md(in().shape, dt_));
+    out().mem = memory(plain_md(out().shape, dt_), eng());
+    fwd.push_back({{}, {}, [this] { move(true, src_.get_data_handle(), out().mem.get_data_handle()); }});
   }
   void build_backward() override {
     if (!in().needs_grad) return;
-    memory dd = plan_.diff_source(bwd, out(), plain_md(out().shape));
+    memory dd = plan_.diff_source(bwd, out(), plain_md(out().shape, dt_));
     Items post;
-    memory ds = plan_.diff_target(post, in(), plain_md(in().shape));
-    bwd.push_back({{}, {}, [this, dd, ds] {
-                     move(false, static_cast<float*>(ds.get_data_handle()), static_cast<float*>(dd.get_data_handle()));
-                   }});
+    memory ds = plan_.diff_target(post, in(), plain_md(in().shape, dt_));
+    bwd.push_back({{}, {}, [this, dd, ds] { move(false, ds.get_data_handle(), dd.get_data_handle()); }});
     for (auto& it : post) bwd.push_back(it);
   }
 
  private:
+  void move(bool forward, void* x, void* y) const {
+    if (dt_ == dt::f32)
+      move_as(forward, static_cast<float*>(x), static_cast<float*>(y));
+    else
+      move_as(forward, static_cast<uint16_t*>(x), static_cast<uint16_t*>(y));
+  }
   // Forward: y[n, c + pad, h, w] = x[n, c, s*h, s*w], other channels 0. Backward is
-  // the transpose (gradient positions not sampled are 0).
-  void move(bool forward, float* x, float* y) const {
+  // the transpose (gradient positions not sampled are 0). Pure data movement, so
+  // bf16 values move as their bits.
+  template <typename T>
+  void move_as(bool forward, T* x, T* y) const {
     const dims& is = in().shape;
     const dims& os = plan_.vals_[static_cast<size_t>(index_)].shape;
     const int64_t n = is[0], ci = is[1], hi = is[2], wi = is[3], co = os[1], ho = os[2], wo = os[3];
     const int64_t s = spec_.win.sh, pad = (co - ci) / 2;
     if (forward)
-      std::memset(y, 0, static_cast<size_t>(n * co * ho * wo) * sizeof(float));
+      std::memset(y, 0, static_cast<size_t>(n * co * ho * wo) * sizeof(T));
     else
-      std::memset(x, 0, static_cast<size_t>(n * ci * hi * wi) * sizeof(float));
+      std::memset(x, 0, static_cast<size_t>(n * ci * hi * wi) * sizeof(T));
     for (int64_t b = 0; b < n; ++b)
       for (int64_t c = 0; c < ci; ++c)
         for (int64_t h = 0; h < ho; ++h)
           for (int64_t w = 0; w < wo; ++w) {
-            float& xv = x[((b * ci + c) * hi + h * s) * wi + w * s];
-            float& yv = y[((b * co + c + pad) * ho + h) * wo + w];
+            T& xv = x[((b * ci + c) * hi + h * s) * wi + w * s];
+            T& yv = y[((b * co + c + pad) * ho + h) * wo + w];
             if (forward)
               yv = xv;
             else
@@ -921,17 +1039,18 @@ class ShortcutALayer final : public CpuLayer {
   memory src_;
 };
 
+// Softmax and the loss are f32 at every precision (backend/precision.h).
 class SoftmaxXentLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;
   void build_forward() override {
-    logits_ = plan_.take(fwd, in().mem, plain_md(in().shape));
+    logits_ = plan_.take(fwd, in().mem, plain_md(in().shape, dt_));
     fwd.push_back({{}, {}, [this] { compute(nullptr); }});
   }
   void build_backward() override {
     if (!in().needs_grad) return;
     Items post;
-    memory ds = plan_.diff_target(post, in(), plain_md(in().shape));
+    memory ds = plan_.diff_target(post, in(), plain_md(in().shape, dt_));
     bwd.push_back({{}, {}, [this, ds] { compute(static_cast<float*>(ds.get_data_handle())); }});
     for (auto& it : post) bwd.push_back(it);
   }
@@ -945,12 +1064,13 @@ class SoftmaxXentLayer final : public CpuLayer {
     require(plan_.labels_ != nullptr, "layer '", spec_.name, "': the loss needs labels");
     const int64_t n = in().shape[0], k = in().shape[1];
     const float* x = static_cast<const float*>(logits_.get_data_handle());
+    const float grad_scale = plan_.loss_scale_ / static_cast<float>(n);
     double total = 0;
     for (int64_t i = 0; i < n; ++i) {
       const int64_t label = plan_.labels_[i];
       require(label >= 0 && label < k, "label ", label, " of sample ", i, " is outside [0, ", k, ")");
       total += kernels::softmax_xent_row(x + i * k, k, label, spec_.label_smoothing, grad ? grad + i * k : nullptr,
-                                         1.f / static_cast<float>(n));
+                                         grad_scale);
     }
     plan_.loss_ = static_cast<float>(total / static_cast<double>(n));
   }
@@ -988,13 +1108,17 @@ void CpuPlan::build() {
     vals_[i].needs_grad = needs && opt_.training;
   }
   for (size_t i = 0; i < n; ++i) vals_[i].consumers = consumers[i];
-  // batch norm → relu pairs where the relu is the norm's only consumer
+  // batch norm, conv or dense → relu pairs where the relu is the only consumer: the
+  // producer applies the relu (batch norm's backward too; a conv's or dense's backward
+  // leaves the relu's gradient to the relu layer, from the fused output)
   std::vector<bool> fused(n, false);
   for (size_t i = 1; i < n; ++i) {
     const LayerSpec& l = spec_.layers[i];
     if (l.kind != LayerKind::kActivation || l.act != ActKind::kRelu || l.inputs.size() != 1) continue;
     const size_t src = static_cast<size_t>(l.inputs[0]);
-    if (spec_.layers[src].kind == LayerKind::kBatchNorm && consumers[src] == 1) fused[src] = true;
+    const LayerKind k = spec_.layers[src].kind;
+    if ((k == LayerKind::kBatchNorm || k == LayerKind::kConv || k == LayerKind::kDense) && consumers[src] == 1)
+      fused[src] = true;
   }
   for (size_t i = 0; i < n; ++i) {
     const LayerSpec& l = spec_.layers[i];
@@ -1006,9 +1130,11 @@ void CpuPlan::build() {
         break;
       case LayerKind::kConv:
         layer = std::make_unique<ConvLayer>(*this, l, idx);
+        layer->fused_relu = fused[i];
         break;
       case LayerKind::kDense:
         layer = std::make_unique<DenseLayer>(*this, l, idx);
+        layer->fused_relu = fused[i];
         break;
       case LayerKind::kBatchNorm:
         layer = std::make_unique<BatchNormLayer>(*this, l, idx, fused[i]);
@@ -1022,8 +1148,11 @@ void CpuPlan::build() {
         layer = std::make_unique<LrnLayer>(*this, l, idx);
         break;
       case LayerKind::kActivation:
-        if (l.inputs.size() == 1 && fused[static_cast<size_t>(l.inputs[0])])
+        if (l.inputs.size() == 1 && fused[static_cast<size_t>(l.inputs[0])] &&
+            spec_.layers[static_cast<size_t>(l.inputs[0])].kind == LayerKind::kBatchNorm)
           layer = std::make_unique<PassLayer>(*this, l, idx);
+        else if (l.inputs.size() == 1 && fused[static_cast<size_t>(l.inputs[0])])
+          layer = std::make_unique<ActLayer>(*this, l, idx, true, true);
         else
           layer = std::make_unique<ActLayer>(*this, l, idx, relu_in_place(spec_, consumers, i));
         break;
@@ -1051,13 +1180,16 @@ void CpuPlan::build() {
     } catch (const dnnl::error& e) {
       dnnl_fail(l, e);
     }
-    for (auto& it : layer->fwd) fwd_.push_back(std::move(it));
+    for (auto& it : layer->fwd) {
+      it.layer = idx;
+      fwd_.push_back(std::move(it));
+    }
     layers_.push_back(std::move(layer));
   }
   if (!opt_.training) return;
   if (!spec_.has_loss()) {
     Val& last = vals_.back();
-    out_grad_ = memory(plain_md(last.shape, opt_.layout), eng_);
+    out_grad_ = memory(plain_md(last.shape, dt::f32, opt_.layout), eng_);
     last.diff = out_grad_;
   }
   for (size_t i = n; i-- > 1;) {
@@ -1068,7 +1200,10 @@ void CpuPlan::build() {
     } catch (const dnnl::error& e) {
       dnnl_fail(l, e);
     }
-    for (auto& it : layers_[i]->bwd) bwd_.push_back(std::move(it));
+    for (auto& it : layers_[i]->bwd) {
+      it.layer = static_cast<int>(i);
+      bwd_.push_back(std::move(it));
+    }
   }
 }
 
@@ -1078,6 +1213,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings, const PlanOptions& options) override {
     require(options.batch > 0, "batch size must be positive, got ", options.batch);
+    check_cpu_precision(options.precision, probe_cpu_isa());
     return std::make_unique<CpuPlan>(spec, bindings, options, threads_);
   }
 
@@ -1088,5 +1224,26 @@ class CpuBackend final : public Backend {
 }  // namespace
 
 std::shared_ptr<Backend> make_cpu_backend(int threads) { return std::make_shared<CpuBackend>(threads); }
+
+CpuIsa probe_cpu_isa() {
+  CpuIsa isa;
+  const auto v = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  auto has = [v](dnnl_cpu_isa_t i) { return (v & static_cast<unsigned>(i)) == static_cast<unsigned>(i); };
+  isa.bf16 = dnnlc::effective_isa_has_bf16();
+  isa.amx = has(dnnl_cpu_isa_avx512_core_amx);
+  if (isa.amx)
+    isa.name = "avx512_core_amx";
+  else if (isa.bf16)
+    isa.name = "avx512_core_bf16";
+  else if (has(dnnl_cpu_isa_avx512_core_vnni))
+    isa.name = "avx512_core_vnni";
+  else if (has(dnnl_cpu_isa_avx512_core))
+    isa.name = "avx512_core";
+  else if (has(dnnl_cpu_isa_avx2))
+    isa.name = "avx2";
+  else
+    isa.name = cat("oneDNN cpu_isa 0x", std::hex, v);
+  return isa;
+}
 
 }  // namespace cohort::backend

@@ -102,6 +102,17 @@ static void summary_text(void** state) {
   expect_error(cohort_model_summary(NULL, NULL, 0, &needed), COHORT_ERR_INVALID_ARGUMENT, "model is NULL");
   expect_error(cohort_model_num_params(NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "model is NULL");
   expect_error(cohort_model_num_params(m, NULL), COHORT_ERR_INVALID_ARGUMENT, "count is NULL");
+  /* The profile names every layer, before any step too (all zero then). */
+  assert_int_equal(cohort_model_set_profiling(m, 1), COHORT_OK);
+  expect_error(cohort_model_profile(m, small, sizeof small, &needed), COHORT_ERR_INVALID_ARGUMENT, "too small");
+  text = malloc(needed);
+  assert_int_equal(cohort_model_profile(m, text, needed, NULL), COHORT_OK);
+  assert_non_null(strstr(text, "conv2"));
+  assert_non_null(strstr(text, "profiled total"));
+  free(text);
+  assert_int_equal(cohort_model_set_profiling(m, 0), COHORT_OK);
+  expect_error(cohort_model_set_profiling(NULL, 1), COHORT_ERR_INVALID_ARGUMENT, "model is NULL");
+  expect_error(cohort_model_profile(NULL, NULL, 0, &needed), COHORT_ERR_INVALID_ARGUMENT, "model is NULL");
   cohort_model_destroy(m);
 }
 

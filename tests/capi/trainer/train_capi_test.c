@@ -208,6 +208,107 @@ static void optimizer_keeps_its_model_alive(void** state) {
   cohort_config_destroy(cfg);
 }
 
+static void remove_dir(const char* dir) {
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
+/* Copies every parameter value of a model (checkpoints hold these f32 masters). */
+static float* param_values(cohort_model_t* m, size_t* count) {
+  size_t n = 0, total = 0;
+  assert_int_equal(cohort_model_num_tensors(m, &n), COHORT_OK);
+  float* out = NULL;
+  for (size_t i = 0; i < n; ++i) {
+    DLTensor v;
+    assert_int_equal(cohort_model_param(m, i, NULL, &v, NULL), COHORT_OK);
+    assert_true(v.dtype.code == kDLFloat && v.dtype.bits == 32);
+    int64_t k = 1;
+    for (int d = 0; d < v.ndim; ++d) k *= v.shape[d];
+    out = realloc(out, (total + (size_t)k) * sizeof *out);
+    memcpy(out + total, v.data, (size_t)k * sizeof *out);
+    total += (size_t)k;
+  }
+  *count = total;
+  return out;
+}
+
+/* A checkpoint written by a bf16 run resumes in f32 and the other way round: both hold
+ * the f32 master weights and optimizer state. */
+static void checkpoint_resumes_at_another_precision(void** state) {
+  (void)state;
+  char dir[] = "/tmp/cohort_train_capi_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  cohort_config_t* c16 = config();
+  assert_int_equal(cohort_config_set(c16, "optimizer", "momentum"), COHORT_OK);
+  assert_int_equal(cohort_config_set(c16, "precision", "bf16"), COHORT_OK);
+  cohort_config_t* c32 = config();
+  assert_int_equal(cohort_config_set(c32, "optimizer", "momentum"), COHORT_OK);
+  cohort_model_t* a = model(c16);
+  cohort_optimizer_t* oa = NULL;
+  const cohort_status_t s = cohort_optimizer_create(a, c16, &oa);
+  if (s == COHORT_ERR_UNSUPPORTED) { /* a CPU without bf16 instructions */
+    cohort_model_destroy(a);
+    cohort_config_destroy(c16);
+    cohort_config_destroy(c32);
+    rmdir(dir);
+    skip();
+  }
+  assert_int_equal(s, COHORT_OK);
+  batch_t* bt = malloc(sizeof *bt);
+  make_batch(bt, 6, 6);
+  cohort_train_stats_t st = {.struct_size = sizeof st};
+  for (int i = 0; i < 3; ++i) assert_int_equal(cohort_optimizer_train_step(oa, &bt->b, &st), COHORT_OK);
+  cohort_checkpoint_info_t info = {.struct_size = sizeof info};
+  assert_int_equal(cohort_optimizer_save_checkpoint(oa, dir, &info), COHORT_OK);
+
+  /* bf16 → f32: the same master weights, and training goes on from step 3. */
+  cohort_model_t* b = model(c32);
+  cohort_optimizer_t* ob = NULL;
+  assert_int_equal(cohort_optimizer_create(b, c32, &ob), COHORT_OK);
+  int found = 0;
+  cohort_checkpoint_info_t got = {.struct_size = sizeof got};
+  assert_int_equal(cohort_optimizer_load_checkpoint(ob, dir, &got, &found), COHORT_OK);
+  assert_true(found == 1 && got.step == 3);
+  size_t na = 0, nb = 0;
+  float* wa = param_values(a, &na);
+  float* wb = param_values(b, &nb);
+  assert_true(na == nb && memcmp(wa, wb, na * sizeof *wa) == 0);
+  cohort_train_stats_t sa = {.struct_size = sizeof sa}, sb = {.struct_size = sizeof sb};
+  assert_int_equal(cohort_optimizer_train_step(oa, &bt->b, &sa), COHORT_OK);
+  assert_int_equal(cohort_optimizer_train_step(ob, &bt->b, &sb), COHORT_OK);
+  assert_true(sa.step == 4 && sb.step == 4);
+  assert_true(fabs(sa.loss - sb.loss) < 0.02 * fabs(sb.loss) + 1e-3); /* bf16 vs f32 arithmetic */
+
+  /* f32 → bf16. */
+  assert_int_equal(cohort_optimizer_save_checkpoint(ob, dir, &info), COHORT_OK);
+  cohort_model_t* c = model(c16);
+  cohort_optimizer_t* oc = NULL;
+  assert_int_equal(cohort_optimizer_create(c, c16, &oc), COHORT_OK);
+  assert_int_equal(cohort_optimizer_load_checkpoint(oc, dir, &got, &found), COHORT_OK);
+  assert_true(found == 1 && got.step == 4);
+  free(wb);
+  size_t nc = 0;
+  wb = param_values(b, &nb);
+  float* wc = param_values(c, &nc);
+  assert_true(nb == nc && memcmp(wb, wc, nb * sizeof *wb) == 0);
+  assert_int_equal(cohort_optimizer_train_step(oc, &bt->b, &st), COHORT_OK);
+  assert_int_equal(st.step, 5);
+  free(wa);
+  free(wb);
+  free(wc);
+  free(bt);
+  cohort_optimizer_destroy(oa);
+  cohort_optimizer_destroy(ob);
+  cohort_optimizer_destroy(oc);
+  cohort_model_destroy(a);
+  cohort_model_destroy(b);
+  cohort_model_destroy(c);
+  cohort_config_destroy(c16);
+  cohort_config_destroy(c32);
+  remove_dir(dir);
+}
+
 static void checkpoint_round_trip_and_errors(void** state) {
   (void)state;
   char dir[] = "/tmp/cohort_train_capi_XXXXXX";
@@ -297,9 +398,7 @@ static void checkpoint_round_trip_and_errors(void** state) {
   cohort_model_destroy(a);
   cohort_model_destroy(b);
   cohort_config_destroy(cfg);
-  char cmd[600];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  assert_int_equal(system(cmd), 0);
+  remove_dir(dir);
 }
 
 static void metrics_and_summary(void** state) {
@@ -508,6 +607,7 @@ int main(void) {
       cmocka_unit_test(deprecated_model_train_step),
       cmocka_unit_test(optimizer_keeps_its_model_alive),
       cmocka_unit_test(checkpoint_round_trip_and_errors),
+      cmocka_unit_test(checkpoint_resumes_at_another_precision),
       cmocka_unit_test(metrics_and_summary),
       cmocka_unit_test(io_shape),
       cmocka_unit_test(pipeline_for_model_and_evaluation),

@@ -23,9 +23,10 @@ SUMMARY_FIELDS = {
 failures = []
 
 
-def run(args, cmd=None, timeout=120):
+def run(args, cmd=None, timeout=120, env=None):
     # Bytes, decoded here: text mode would turn the \r of a progress line into \n.
-    p = subprocess.run((cmd or [TRAIN]) + args, capture_output=True, timeout=timeout)
+    p = subprocess.run((cmd or [TRAIN]) + args, capture_output=True, timeout=timeout,
+                       env=dict(os.environ, **(env or {})))
     return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
 
 
@@ -54,10 +55,18 @@ def group_flags():
     rc, out, err = run(["--model=nosuchnet"])
     check(rc != 0 and "Invalid model type: nosuchnet" in err and "mnist_cnn" in err
           and "resnet50" in err, "unknown model lists the valid ones", err)
-    for p in ("f16", "fp16", "bf16"):
+    for p in ("f16", "fp16"):
         rc, out, err = run(TINY + [f"--precision={p}", "--num_iter=1"])
         check(rc != 0 and "precision=" in err and "--precision=f32" in err,
               f"precision {p} on the CPU says what would work", err)
+    # A CPU without bf16 instructions, as oneDNN sees one when its ISA is capped.
+    rc, out, err = run(TINY + ["--precision=bf16", "--num_iter=1"], env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"})
+    check(rc != 0 and "AVX512-BF16" in err and "--precision=f32" in err,
+          "precision bf16 without bf16 instructions names them and what works", err)
+    flags = open("/proc/cpuinfo").read().split()
+    if "avx512_bf16" in flags or "amx_bf16" in flags:
+        rc, out, err = run(TINY + ["--precision=bf16", "--num_iter=2"])
+        check(rc == 0 and "Data type:   bf16" in out, "precision bf16 trains on a CPU with bf16", out + err)
     rc, out, err = run(["--batch_size=abc"])
     check(rc == 2 and "batch_size" in err and "abc" in err, "bad value names the key and value", err)
     rc, out, err = run(["--no_such_flag=1"])
@@ -66,6 +75,11 @@ def group_flags():
     check(rc == 2 and "rmsprop" in err and "momentum" in err, "bad optimizer lists the choices", err)
     rc, out, err = run(["--model=mnist_cnn", "--summary"])
     check(rc == 0 and "1199882" in out and "conv" in out and "[10]" in out, "--summary prints the table", out)
+    rc, out, err = run(TINY + ["--summary"])
+    layers = [ln.split()[0] for ln in out.splitlines()[2:] if ln and not ln.startswith(("-", "total"))]
+    rc, out, err = run(TINY + ["--profile", "--num_iter=5"])
+    check(rc == 0 and "profile: 3 steps" in out and "measured step time" in out and "optimizer" in out
+          and layers and all(n in out for n in layers), "--profile lists every layer beside the step time", out + err)
     rc, out, err = run(TINY + ["--resume", "--num_iter=1"])
     check(rc == 2 and "--checkpoint_dir" in err, "--resume without a directory", err)
     rc, out, err = run(TINY + ["--data_dir=/nonexistent/data", "--num_iter=1"])

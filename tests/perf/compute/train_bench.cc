@@ -2,13 +2,14 @@
 // plain SGD update per step, synthetic data. Prints one line per timed step and a
 // final "images/sec: MEDIAN CPU_MEDIAN" line (the second is images per second of
 // process CPU time, steadier than wall time on a shared machine).
-// Usage: train_bench MODEL BATCH THREADS STEPS [WARMUP]
+// Usage: train_bench MODEL BATCH THREADS STEPS [WARMUP [PRECISION [--profile]]]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -16,15 +17,18 @@
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s MODEL BATCH THREADS STEPS [WARMUP]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL BATCH THREADS STEPS [WARMUP [PRECISION [--profile]]]\n", argv[0]);
     return 2;
   }
   const int batch = std::atoi(argv[2]), threads = std::atoi(argv[3]), steps = std::atoi(argv[4]);
   const int warmup = argc > 5 ? std::atoi(argv[5]) : 1;
+  const char* precision = argc > 6 ? argv[6] : "f32";
+  const bool profile = argc > 7 && std::string(argv[7]) == "--profile";
   try {
     auto g = cohort::build_model(argv[1], {});
     g->materialize(1);
     g->set_backend(cohort::backend::make_cpu_backend(threads));
+    g->set_precision(cohort::backend::parse_precision(precision));
     const cohort::Shape& in = g->shape(0);
     const int classes = static_cast<int>(g->shape(g->output_layer())[0]);
     std::vector<float> x(static_cast<size_t>(batch * in[0] * in[1] * in[2]));
@@ -38,6 +42,7 @@ int main(int argc, char** argv) {
     };
     std::vector<double> rates, cpu_rates;
     for (int s = 0; s < warmup + steps; ++s) {
+      if (profile && s == warmup) g->set_profiling(true);
       auto t0 = std::chrono::steady_clock::now();
       const double c0 = cpu_now();
       const float loss = g->forward_train(x.data(), batch, cohort::Layout::kNCHW, y.data());
@@ -48,6 +53,7 @@ int main(int argc, char** argv) {
         for (int64_t i = 0; i < p.value.numel(); ++i) w[i] -= 1e-4f * d[i];
       }
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      g->record_step(dt, 0);
       const double dc = cpu_now() - c0;
       std::printf("step %d loss %.4f images/sec %.2f cpu %.2f%s\n", s, loss, batch / dt, batch / dc,
                   s < warmup ? " (warm-up)" : "");
@@ -56,6 +62,7 @@ int main(int argc, char** argv) {
         cpu_rates.push_back(batch / dc);
       }
     }
+    if (profile) std::printf("%s", cohort::format_profile(g->profile()).c_str());
     std::sort(rates.begin(), rates.end());
     std::sort(cpu_rates.begin(), cpu_rates.end());
     std::printf("images/sec: %.3f %.3f\n", rates[rates.size() / 2], cpu_rates[cpu_rates.size() / 2]);

@@ -134,12 +134,16 @@ TEST(DistributedOptimizer, PredivideFactorGivesTheSameAverage) {
   expect_matches_reference(2, d, 1e-5);
 }
 
-TEST(DistributedOptimizer, F16CompressionStaysClose) {
-  DistributedOptions d;
-  d.compress_f16 = true;
-  expect_matches_reference(2, d, 2e-3);
-  d.backward_passes_per_step = 2;
-  expect_matches_reference(3, d, 2e-3);
+TEST(DistributedOptimizer, F16AndBF16CompressionStayClose) {
+  for (const bool bf16 : {false, true}) {
+    DistributedOptions d;
+    d.compress_f16 = !bf16;
+    d.compress_bf16 = bf16;
+    const double tol = bf16 ? 2e-2 : 2e-3;  // 8 or 11 significant bits
+    expect_matches_reference(2, d, tol);
+    d.backward_passes_per_step = 2;
+    expect_matches_reference(3, d, tol);
+  }
 }
 
 TEST(DistributedOptimizer, BroadcastCopiesParametersAndOptimizerState) {
@@ -303,7 +307,11 @@ TEST(DistributedOptimizer, OptionsFromConfig) {
   DistributedOptions d = DistributedOptions::from_config(cfg);
   EXPECT_EQ(d.backward_passes_per_step, 4);
   EXPECT_TRUE(d.compress_f16);
+  EXPECT_FALSE(d.compress_bf16);
   EXPECT_DOUBLE_EQ(d.gradient_predivide_factor, 2.0);
+  cfg.set("compression", "bfloat16");
+  d = DistributedOptions::from_config(cfg);
+  EXPECT_TRUE(d.compress_bf16 && !d.compress_f16);
 }
 
 }  // namespace

@@ -85,6 +85,8 @@ class ThreadCollectives : public Collectives {
         return static_cast<float>(t.data_as<float>()[i] * static_cast<float>(pre));
       case DType::kF16:
         return kernels::decompress_f16(t.data_as<uint16_t>()[i]) * static_cast<float>(pre);
+      case DType::kBF16:
+        return kernels::bf16_to_float(t.data_as<uint16_t>()[i]) * static_cast<float>(pre);
       case DType::kF64:
         return t.data_as<double>()[i] * pre;
       case DType::kI64:
@@ -100,6 +102,9 @@ class ThreadCollectives : public Collectives {
         break;
       case DType::kF16:
         t.data_as<uint16_t>()[i] = kernels::compress_f16(static_cast<float>(v));
+        break;
+      case DType::kBF16:
+        t.data_as<uint16_t>()[i] = kernels::float_to_bf16(static_cast<float>(v));
         break;
       case DType::kF64:
         t.data_as<double>()[i] = v;
