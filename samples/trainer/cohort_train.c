@@ -345,8 +345,7 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   ++p->step;
   p->loss = st.loss;
   CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, images), "recording the step");
-  if (p->step == plan->warmup && t->set.profile)
-    CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
+  if (p->step == plan->warmup && t->set.profile) CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
   if (p->step == plan->warmup && t->rank == 0) {
     clear_live(t);
     printf("Done warm up\nStep\tImg/sec\ttotal_loss\n");
@@ -365,8 +364,7 @@ static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
     printf("Running warm up\n");
     fflush(stdout);
   }
-  if (t->set.profile && p->step >= plan->warmup)
-    CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
+  if (t->set.profile && p->step >= plan->warmup) CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
   while (p->step < plan->total)
     if (train_one_step(t, plan, p)) return 1;
   clear_live(t);
