@@ -63,7 +63,10 @@ class Engine {
   Engine(std::unique_ptr<Transport> transport, EngineOptions options,
          std::function<void(const std::string&)> on_fatal = {}, DeviceTransportFactory device = {});
   // Collective: waits until every rank's engine is shutting down, cancels what is
-  // still pending, and has rank 0 write the timeline.
+  // still pending, and has rank 0 write the timeline. Meanwhile it runs what every rank
+  // submitted, and the other ranks learn within a few cycles that this one is shutting
+  // down: their operations that it never submitted (and their joins, unless it joined)
+  // fail with kPeerShutdown naming it, so they need not wait for stall_shutdown_s.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
