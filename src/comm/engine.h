@@ -5,8 +5,9 @@
 //
 // Why one thread: collectives must be issued in the same order on every rank, and MPI
 // (or NCCL) calls from many threads would need a global order anyway. The thread
-// sleeps on a condition variable; a submit wakes it at once, and while some rank
-// still waits for others it cycles every cycle_time_ms. With nothing pending anywhere
+// sleeps on a condition variable; a submit wakes it at once, and so does the end of
+// compute while it holds reductions (compute_end), and while some rank still waits for
+// others it cycles every cycle_time_ms. With nothing pending anywhere
 // it ticks every kIdleTick so that a rank stuck waiting for an idle peer is noticed
 // (stall inspector) instead of hanging silently.
 //
@@ -98,7 +99,8 @@ class Engine {
 
   void mark_step();
   // Brackets a model's forward/backward on this rank (any thread; nests). With
-  // hold_during_compute, agreed reductions wait until no rank is inside such a bracket.
+  // hold_during_compute, agreed reductions wait until no rank is inside such a bracket;
+  // the end of the outermost bracket wakes the engine thread to run them.
   void compute_begin();
   void compute_end();
   EngineStats stats() const;

@@ -1111,6 +1111,24 @@ bool all_threads_share_one_affinity() {
   return true;
 }
 
+TEST(CommEngine, TheEndOfComputeRunsHeldReductionsAtOnceNotAtTheNextCycle) {
+  // With a cycle far longer than the test's limit, only the wake-up at compute_end can
+  // run the held reduction in time.
+  EngineOptions o = fast_options();
+  o.hold_during_compute = true;
+  o.cycle_time_ms = 30000;
+  run_ranks(1, o, [&](Engine& engine, int) {
+    engine.compute_begin();
+    Tensor t = filled(DType::kF32, {16}, 0);
+    auto req = engine.submit(allreduce("held", t));
+    while (engine.stats().held == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_FALSE(req->test());
+    engine.compute_end();
+    EXPECT_TRUE(wait_at_most(req, 10).is_ok()) << "the held reduction waited for the next cycle";
+    req->wait();
+  });
+}
+
 TEST(CommEngine, HeldReductionsLeaveTheEngineThreadFreeToRunAnywhere) {
   EngineOptions o = fast_options();
   o.hold_during_compute = true;
