@@ -170,7 +170,11 @@ void Engine::mark_step() { timeline_.instant("step"); }
 void Engine::compute_begin() { gate_.begin(); }
 
 void Engine::compute_end() {
-  if (gate_.end()) cv_.notify_all();  // held reductions may run now
+  if (!gate_.end()) return;
+  // Held reductions may run now. Notifying under mu_ keeps the wake-up from falling
+  // between the engine thread's look at the gate and its sleep.
+  std::lock_guard lock(mu_);
+  cv_.notify_all();
 }
 
 EngineStats Engine::stats() const { return counters_.snapshot(); }
@@ -213,21 +217,21 @@ void Engine::run() {
 
 void Engine::wait_for_work() {
   std::unique_lock lock(mu_);
+  // Work now: a submission, the shutdown, or held reductions while compute is done here
+  // (meet the other ranks' next cycles at once; compute_end wakes the thread for it).
+  auto work = [&] { return !queue_.empty() || shutdown_requested_ || gate_.release_pending(); };
   // A caller that just got its result often submits again within microseconds: poll
   // briefly (yielding the core) before sleeping.
   auto until = Clock::now() + std::chrono::microseconds(Request::kSpinUs);
-  while (queue_.empty() && !shutdown_requested_ && Clock::now() < until) {
+  while (!work() && Clock::now() < until) {
     lock.unlock();
     std::this_thread::yield();
     lock.lock();
   }
-  if (!queue_.empty() || shutdown_requested_) return;
-  // Held reductions and compute done here: meet the other ranks' next cycles at once.
-  if (gate_.release_pending()) return;
   auto timeout = negotiator_.busy() ? std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double, std::milli>(options_.cycle_time_ms))
                                     : std::chrono::duration_cast<Clock::duration>(kIdleTick);
-  cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || shutdown_requested_; });
+  cv_.wait_for(lock, timeout, work);
 }
 
 void Engine::sync_clocks() {
@@ -284,8 +288,10 @@ bool Engine::cycle() {
 
   // Every rank reaches the same decision from the same flags, and keeps the same held
   // list in the same order.
-  if (!round.release)
+  if (!round.release) {
     for (const Response& r : round.ready) negotiator_.hold(r.name);
+    counters_.held.fetch_add(round.ready.size(), std::memory_order_relaxed);
+  }
   gate_.admit(round.ready, round.release);
   {
     // Held reductions run on the core the compute thread has just left: the ranks'

@@ -5,8 +5,9 @@
 //
 // Why one thread: collectives must be issued in the same order on every rank, and MPI
 // (or NCCL) calls from many threads would need a global order anyway. The thread
-// sleeps on a condition variable; a submit wakes it at once, and while some rank
-// still waits for others it cycles every cycle_time_ms. With nothing pending anywhere
+// sleeps on a condition variable; a submit wakes it at once, and so does the end of
+// compute while it holds reductions (compute_end), and while some rank still waits for
+// others it cycles every cycle_time_ms. With nothing pending anywhere
 // it ticks every kIdleTick so that a rank stuck waiting for an idle peer is noticed
 // (stall inspector) instead of hanging silently.
 //
@@ -63,7 +64,10 @@ class Engine {
   Engine(std::unique_ptr<Transport> transport, EngineOptions options,
          std::function<void(const std::string&)> on_fatal = {}, DeviceTransportFactory device = {});
   // Collective: waits until every rank's engine is shutting down, cancels what is
-  // still pending, and has rank 0 write the timeline.
+  // still pending, and has rank 0 write the timeline. Meanwhile it runs what every rank
+  // submitted, and the other ranks learn within a few cycles that this one is shutting
+  // down: their operations that it never submitted (and their joins, unless it joined)
+  // fail with kPeerShutdown naming it, so they need not wait for stall_shutdown_s.
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -95,7 +99,8 @@ class Engine {
 
   void mark_step();
   // Brackets a model's forward/backward on this rank (any thread; nests). With
-  // hold_during_compute, agreed reductions wait until no rank is inside such a bracket.
+  // hold_during_compute, agreed reductions wait until no rank is inside such a bracket;
+  // the end of the outermost bracket wakes the engine thread to run them.
   void compute_begin();
   void compute_end();
   EngineStats stats() const;

@@ -80,6 +80,7 @@ std::string Meta::describe() const {
 std::string encode(const Message& m) {
   Writer w;
   w.pod<uint64_t>(m.submitted);
+  w.pod<uint8_t>(m.shutting_down ? 1 : 0);
   w.pod<uint32_t>(static_cast<uint32_t>(m.metas.size()));
   for (const Meta& x : m.metas) {
     w.pod(static_cast<uint8_t>(x.kind));
@@ -101,6 +102,7 @@ Message decode(const std::string& bytes) {
   Reader r(bytes);
   Message m;
   m.submitted = r.pod<uint64_t>();
+  m.shutting_down = r.pod<uint8_t>() != 0;
   auto n = r.pod<uint32_t>();
   for (uint32_t i = 0; i < n; ++i) {
     Meta x;
@@ -185,10 +187,28 @@ Response agree(const std::string& name, std::vector<std::optional<Meta>> metas) 
 
 bool AnnouncementTable::any_joined() const { return std::find(joined.begin(), joined.end(), true) != joined.end(); }
 
+bool AnnouncementTable::any_shutting_down() const {
+  return std::find(shutting_down.begin(), shutting_down.end(), true) != shutting_down.end();
+}
+
 std::vector<int> AnnouncementTable::missing(const Entry& e) const {
   std::vector<int> ranks;
   for (size_t r = 0; r < joined.size(); ++r)
     if (!e.metas[r] && !joined[r]) ranks.push_back(static_cast<int>(r));
+  return ranks;
+}
+
+std::vector<int> AnnouncementTable::missing_for_good(const Entry& e) const {
+  std::vector<int> ranks;
+  for (int r : missing(e))
+    if (shutting_down[static_cast<size_t>(r)]) ranks.push_back(r);
+  return ranks;
+}
+
+std::vector<int> AnnouncementTable::never_joining() const {
+  std::vector<int> ranks;
+  for (size_t r = 0; r < joined.size(); ++r)
+    if (shutting_down[r] && !joined[r]) ranks.push_back(static_cast<int>(r));
   return ranks;
 }
 
@@ -202,6 +222,23 @@ std::string rank_list(const std::vector<int>& ranks) {
   std::string s = "[";
   for (size_t i = 0; i < ranks.size(); ++i) s += cat(i ? ", " : "", ranks[i]);
   return s + "]";
+}
+
+Status peer_shutdown_status(const Meta& meta, const std::vector<int>& ranks) {
+  const bool one = ranks.size() == 1;
+  // "rank 1" or "ranks [1, 2]", spelled with `word` ("rank" or "Rank").
+  auto who = [&](const char* word) { return one ? cat(word, " ", ranks.front()) : cat(word, "s ", rank_list(ranks)); };
+  const bool join = meta.type == OpType::kJoin;
+  std::string what = cat("collective '", meta.name, "' (", meta.describe(), ")");
+  if (join || meta.type == OpType::kBarrier) what = op_type_name(meta.type);
+  return Status(
+      Code::kPeerShutdown,
+      cat(what, " can never complete: ", who("rank"),
+          one ? " has shut down its collective engine" : " have shut down their engines",
+          " (cohort_runtime_destroy) without ", join ? "joining" : "submitting it", ". ", who("Rank"),
+          " stopped making collective calls, most likely after an error of ", one ? "its" : "their", " own: look for ",
+          one ? cat(who("rank"), "'s own error output") : cat("the error output of ", who("rank")),
+          " for the cause, then end this rank too (cohort_runtime_destroy)"));
 }
 
 std::optional<size_t> ResponseCache::find(const std::string& name) const {

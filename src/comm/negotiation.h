@@ -37,6 +37,9 @@ struct Meta {
 // One rank's message for a cycle.
 struct Message {
   uint64_t submitted = 0;  // operations this rank has submitted so far
+  // This rank's engine is shutting down: it submits nothing more, and every operation
+  // it still has pending is in this message or was announced in full before.
+  bool shutting_down = false;
   std::vector<Meta> metas;
 };
 
@@ -78,8 +81,9 @@ struct Response {
 Response agree(const std::string& name, std::vector<std::optional<Meta>> metas);
 
 // What the full exchanges told this rank about the others: the names announced by some
-// ranks but not yet by all (in the order first seen), the ranks that have joined, and
-// how many operations each rank had submitted at its last full exchange.
+// ranks but not yet by all (in the order first seen), the ranks that have joined, the
+// ranks whose engines are shutting down, and how many operations each rank had
+// submitted at its last full exchange.
 struct AnnouncementTable {
   struct Entry {
     std::vector<std::optional<Meta>> metas;  // by rank
@@ -87,23 +91,35 @@ struct AnnouncementTable {
     bool warned = false;  // the stall inspector has reported it
   };
   explicit AnnouncementTable(int size)
-      : joined(static_cast<size_t>(size), false), submitted(static_cast<size_t>(size), 0) {}
+      : joined(static_cast<size_t>(size), false),
+        shutting_down(static_cast<size_t>(size), false),
+        submitted(static_cast<size_t>(size), 0) {}
 
   std::unordered_map<std::string, Entry> entries;
   std::vector<std::string> order;
   std::vector<bool> joined;
   int last_joined = -1;
+  std::vector<bool> shutting_down;  // never reset: a rank's engine does not come back
   std::vector<uint64_t> submitted;
 
   bool any_joined() const;
+  bool any_shutting_down() const;
   // The ranks that have neither announced `e` nor joined.
   std::vector<int> missing(const Entry& e) const;
+  // Of those, the ones shutting down: while any is listed, `e` can never run.
+  std::vector<int> missing_for_good(const Entry& e) const;
+  // The ranks shutting down that have not joined: a join can never complete.
+  std::vector<int> never_joining() const;
   // "0: 12, 1: 11": a lower count is the first rank that diverged.
   std::string submitted_per_rank() const;
 };
 
 // "[0, 2]".
 std::string rank_list(const std::vector<int>& ranks);
+
+// The error of an operation (a join too) that can never complete because `ranks` shut
+// down their engines without submitting it: names them and says where the cause is.
+Status peer_shutdown_status(const Meta& meta, const std::vector<int>& ranks);
 
 // Agreed responses by name, each in a fixed bit position. Every rank applies the same
 // puts, touches and erases in the same order, so positions agree without talking.

@@ -59,12 +59,14 @@ void Negotiator::hold(const std::string& name) {
 }
 
 void Negotiator::announce(Message& msg, std::vector<uint64_t>& words, Clock::time_point now) {
-  const bool use_cache = cache_.capacity() > 0 && !table_.any_joined();
+  // Once some rank shuts down, only full announcements say what it will never submit.
+  const bool use_cache =
+      cache_.capacity() > 0 && !table_.any_joined() && !table_.any_shutting_down() && !shutting_down_;
   std::vector<uint64_t> withdrawn;
   for (auto& [seq, p] : pending_) {
     double age = std::chrono::duration<double>(now - p.entry.submitted).count();
     if (p.state == Pending::State::kCached && stalls_.needs_full_announcement(age)) p.skip_cache = true;
-    if (p.state == Pending::State::kCached && p.skip_cache) p.state = Pending::State::kNew;
+    if (p.state == Pending::State::kCached && (p.skip_cache || !use_cache)) p.state = Pending::State::kNew;
     if (p.state == Pending::State::kNew) {
       auto bit = use_cache && !p.skip_cache && p.entry.type != OpType::kBarrier && p.entry.type != OpType::kJoin
                      ? cache_.find(p.meta.name)
@@ -100,10 +102,13 @@ Negotiator::Round Negotiator::negotiate(const Vote& mine, Clock::time_point now)
   std::vector<uint64_t> words(1 + (cache_.capacity() + 63) / 64, 0);
   Message msg;
   msg.submitted = mine.submitted;
+  msg.shutting_down = shutting_down_ = mine.shutting_down;
   announce(msg, words, now);
 
   CycleFlags flags;
-  flags.nothing_announced = msg.metas.empty();
+  // A rank starting to shut down tells the others in a full exchange, even with nothing
+  // to announce.
+  flags.nothing_announced = msg.metas.empty() && !(mine.shutting_down && !table_.shutting_down[rank_]);
   flags.shutting_down = mine.shutting_down;
   flags.idle = pending_.empty();
   flags.releases_held = mine.releases_held;
@@ -143,6 +148,7 @@ void Negotiator::process_messages(const std::vector<std::string>& messages, std:
   for (int r = 0; r < size_; ++r) {
     Message m = decode(messages[static_cast<size_t>(r)]);
     table_.submitted[static_cast<size_t>(r)] = m.submitted;
+    if (m.shutting_down) table_.shutting_down[static_cast<size_t>(r)] = true;
     for (Meta& meta : m.metas) {
       if (meta.kind == Meta::Kind::kWithdraw) {
         if (table_.entries.erase(meta.name))
@@ -194,7 +200,38 @@ void Negotiator::process_messages(const std::vector<std::string>& messages, std:
     resp.agreed.root = table_.last_joined;
     ready.push_back(std::move(resp));
     std::fill(table_.joined.begin(), table_.joined.end(), false);
+  } else if (std::vector<int> never = table_.never_joining(); !never.empty()) {
+    fail_pending(kJoinName, never);
   }
+  fail_abandoned();
+}
+
+void Negotiator::fail_abandoned() {
+  if (!table_.any_shutting_down()) return;
+  counters_.ranks_shutting_down.store(
+      static_cast<uint64_t>(std::count(table_.shutting_down.begin(), table_.shutting_down.end(), true)),
+      std::memory_order_relaxed);
+  std::vector<std::string> kept;
+  for (const std::string& name : table_.order) {
+    std::vector<int> gone = table_.missing_for_good(table_.entries.at(name));
+    if (gone.empty()) {
+      kept.push_back(name);
+      continue;
+    }
+    fail_pending(name, gone);
+    table_.entries.erase(name);
+  }
+  table_.order.swap(kept);
+}
+
+void Negotiator::fail_pending(const std::string& name, const std::vector<int>& gone) {
+  // A rank shutting down itself keeps its requests: its engine cancels them when it stops.
+  auto it = pending_by_name_.find(name);
+  if (shutting_down_ || it == pending_by_name_.end()) return;
+  Pending& p = pending_.at(it->second);
+  p.entry.request->complete_part(peer_shutdown_status(p.meta, gone));
+  pending_.erase(it->second);
+  pending_by_name_.erase(it);
 }
 
 void Negotiator::complete(Response& r, const Status& s) {
@@ -221,11 +258,11 @@ void Negotiator::complete(Response& r, const Status& s) {
 }
 
 void Negotiator::recheck_cached() {
-  const bool joined = table_.any_joined();
+  const bool no_cache = table_.any_joined() || table_.any_shutting_down();
   for (auto& [seq, p] : pending_) {
     if (p.state != Pending::State::kCached) continue;
     auto bit = cache_.find(p.meta.name);
-    if (joined || !bit || *bit != p.bit) p.state = Pending::State::kNew;
+    if (no_cache || !bit || *bit != p.bit) p.state = Pending::State::kNew;
   }
 }
 

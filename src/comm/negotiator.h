@@ -5,6 +5,12 @@
 // set in every cycle until it is ready. One word of flags and the cache bits are ANDed
 // across ranks every cycle; the full Metas are exchanged only in cycles where some
 // rank has something new to announce.
+//
+// A rank whose engine starts shutting down announces so in a full exchange, with every
+// operation it still has pending in full. From then on no rank uses the cache, so the
+// table shows all that each rank has pending, and an operation that a rank shutting down
+// has not announced can never run: every rank drops it alike, and ranks that are not
+// shutting down themselves fail their request with kPeerShutdown naming those ranks.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +86,12 @@ class Negotiator {
   // pending longer than stall_shutdown_s.
   void announce(Message& msg, std::vector<uint64_t>& words, Clock::time_point now);
   void process_messages(const std::vector<std::string>& messages, std::vector<Response>& ready);
+  // Drops the table's operations that a rank shutting down never submitted, and fails
+  // this rank's requests for them.
+  void fail_abandoned();
+  // Fails this rank's pending `name` with kPeerShutdown naming `gone`, unless this rank
+  // is shutting down too.
+  void fail_pending(const std::string& name, const std::vector<int>& gone);
 
   Transport& control_;
   const StallInspector& stalls_;
@@ -92,6 +104,7 @@ class Negotiator {
   AnnouncementTable table_;
   ResponseCache cache_;
   bool global_idle_ = true;
+  bool shutting_down_ = false;  // this rank's vote of the current cycle
 };
 
 }  // namespace cohort::comm

@@ -47,6 +47,8 @@ EngineStats EngineCounters::snapshot() const {
   s.cache_hits = cache_hits.load(std::memory_order_relaxed);
   s.fused_batches = fused_batches.load(std::memory_order_relaxed);
   s.completed = completed.load(std::memory_order_relaxed);
+  s.held = held.load(std::memory_order_relaxed);
+  s.ranks_shutting_down = ranks_shutting_down.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -74,11 +74,14 @@ struct EngineStats {
   uint64_t cache_hits = 0;      // tensors that became ready through the cache
   uint64_t fused_batches = 0;   // allreduce calls that carried more than one tensor
   uint64_t completed = 0;
+  uint64_t held = 0;                 // reductions the compute gate held back (hold_during_compute)
+  uint64_t ranks_shutting_down = 0;  // ranks, this one included, known to be shutting down
 };
 
 // The counters behind EngineStats: bumped on the engine thread, read from any thread.
 struct EngineCounters {
-  std::atomic<uint64_t> cycles{0}, full_exchanges{0}, cache_hits{0}, fused_batches{0}, completed{0};
+  std::atomic<uint64_t> cycles{0}, full_exchanges{0}, cache_hits{0}, fused_batches{0}, completed{0}, held{0},
+      ranks_shutting_down{0};
   EngineStats snapshot() const;
 };
 

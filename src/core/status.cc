@@ -20,6 +20,8 @@ const char* code_name(Code code) {
       return "cancelled";
     case Code::kEndOfData:
       return "end of data";
+    case Code::kPeerShutdown:
+      return "peer shut down";
     case Code::kOutOfMemory:
       return "out of memory";
     case Code::kIo:

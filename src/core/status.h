@@ -21,6 +21,7 @@ enum class Code : int {
   kStalled = COHORT_ERR_STALLED,
   kCancelled = COHORT_ERR_CANCELLED,
   kEndOfData = COHORT_ERR_END_OF_DATA,
+  kPeerShutdown = COHORT_ERR_PEER_SHUTDOWN,
   kOutOfMemory = COHORT_ERR_OUT_OF_MEMORY,
   kIo = COHORT_ERR_IO,
   kCorruptData = COHORT_ERR_CORRUPT_DATA,

@@ -57,7 +57,9 @@ class Runtime {
   void barrier();
 
   // Collective: stops the engine (cancelling what is still pending: every request then
-  // completes with kCancelled) and frees the communicators. Afterwards the objects
+  // completes with kCancelled) and frees the communicators. While it waits for the
+  // other ranks, their collectives that this rank never submitted fail with
+  // kPeerShutdown (Engine::~Engine), so they stop and shut down too. Afterwards the objects
   // made from this runtime may only be destroyed, which is then local and never
   // blocks; any other use throws kInvalidState. Idempotent. Must not run while another
   // thread uses the runtime. After a lost peer it abandons the engine instead.

@@ -16,7 +16,12 @@
  * message naming the tensor and each rank's submission. With the option
  * `stall_shutdown_s` set, a name that some rank never submits fails with
  * ::COHORT_ERR_STALLED after that many seconds; `stall_warning_s` (default 60) logs
- * which ranks are missing which names.
+ * which ranks are missing which names. Once a rank has destroyed its runtime
+ * (cohort_runtime_destroy(), typically after an error of its own), every name it never
+ * submitted fails within an engine cycle or two on the ranks that submit it, pending or
+ * later, with ::COHORT_ERR_PEER_SHUTDOWN naming that rank (so does a join, unless that
+ * rank had joined, and a barrier); names it did submit still complete. Ranks that get it
+ * should stop and destroy their runtime too.
  *
  * Memory: tensors are borrowed. The caller keeps every input and output alive and
  * unmodified until the request has completed (cohort_request_wait() returned or
@@ -314,7 +319,8 @@ COHORT_API cohort_status_t cohort_request_test(cohort_request_t* request, int* d
  * @brief Blocks until the request completes and returns its result.
  * @param request The request.
  * @return ::COHORT_OK, or the collective's error (::COHORT_ERR_MISMATCH,
- *   ::COHORT_ERR_STALLED, ::COHORT_ERR_CANCELLED at shutdown, ::COHORT_ERR_PEER_LOST, ...)
+ *   ::COHORT_ERR_STALLED, ::COHORT_ERR_CANCELLED at shutdown, ::COHORT_ERR_PEER_SHUTDOWN
+ *   when another rank shut down without submitting it, ::COHORT_ERR_PEER_LOST, ...)
  *   with the message in cohort_last_error().
  */
 COHORT_API cohort_status_t cohort_request_wait(cohort_request_t* request);

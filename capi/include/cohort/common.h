@@ -53,6 +53,8 @@ typedef enum cohort_status_t {
   COHORT_ERR_STALLED = 5,             /**< A collective was not submitted by every rank in time. */
   COHORT_ERR_CANCELLED = 6,           /**< The request was cancelled (shutdown or an earlier error). */
   COHORT_ERR_END_OF_DATA = 7,         /**< A source has no more data. */
+  COHORT_ERR_PEER_SHUTDOWN = 8,       /**< A rank shut down its runtime without submitting this collective:
+                                           it can never complete; that rank's own error output says why. */
   COHORT_ERR_OUT_OF_MEMORY = 100,     /**< An allocation failed. */
   COHORT_ERR_IO = 101,                /**< A file could not be opened, read or written. */
   COHORT_ERR_CORRUPT_DATA = 102,      /**< A file or record is malformed (CRC, length, format). */

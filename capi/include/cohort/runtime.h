@@ -76,6 +76,13 @@ COHORT_API cohort_status_t cohort_runtime_create(const cohort_config_t* config, 
  * with ::COHORT_ERR_INVALID_STATE; pipelines never communicate and keep working. No
  * other call on the runtime or its objects may run on another thread meanwhile. See
  * docs/guides/collective-calls.md for the whole list of collective calls.
+ *
+ * It returns once every rank has called it. Meanwhile the other ranks learn within an
+ * engine cycle or two that this rank is shutting down: their collectives that it never
+ * submitted, pending or later (and their joins, unless it had joined), fail with
+ * ::COHORT_ERR_PEER_SHUTDOWN naming this rank. So a rank that stops early on an error of
+ * its own, and still calls this, does not leave the others waiting: they stop and call
+ * it too. Collectives that every rank submitted still complete.
  */
 COHORT_API void cohort_runtime_destroy(cohort_runtime_t* runtime);
 

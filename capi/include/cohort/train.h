@@ -140,7 +140,10 @@ typedef struct cohort_train_stats_t {
  *                  set its struct_size.
  * @param stats     Receives what the step did (may be NULL); set its struct_size.
  * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for shapes;
- *         communication errors (::COHORT_ERR_MPI, ::COHORT_ERR_PEER_LOST, …).
+ *         communication errors (::COHORT_ERR_MPI, ::COHORT_ERR_PEER_LOST, …), among them
+ *         ::COHORT_ERR_PEER_SHUTDOWN when another rank has left (destroyed its runtime,
+ *         usually after an error of its own) without exchanging this step's gradients:
+ *         the message names it; stop and destroy the runtime too.
  */
 COHORT_API cohort_status_t cohort_optimizer_train_step(cohort_optimizer_t* optimizer, const cohort_batch_t* batch,
                                                        cohort_train_stats_t* stats);

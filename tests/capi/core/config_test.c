@@ -38,6 +38,7 @@ static void version_and_status_text(void** state) {
   assert_string_equal(cohort_status_string(COHORT_OK), "ok");
   assert_string_equal(cohort_status_string(COHORT_ERR_INVALID_ARGUMENT), "invalid argument");
   assert_string_equal(cohort_status_string(COHORT_ERR_PEER_LOST), "peer lost");
+  assert_string_equal(cohort_status_string(COHORT_ERR_PEER_SHUTDOWN), "peer shut down");
   assert_string_equal(cohort_status_string((cohort_status_t)12345), "unknown status");
 }
 

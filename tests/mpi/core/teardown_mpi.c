@@ -4,8 +4,9 @@
  * collective call among them: the others only free memory, so no order may hang (the
  * ctest timeout catches that) or touch freed memory (the ASan build catches that).
  * After the runtime is gone, the model and the optimizer refuse work with
- * COHORT_ERR_INVALID_STATE and the pipeline keeps working. The unfinished request's
- * destroy returns after request_destroy_wait_s even while its runtime lives. */
+ * COHORT_ERR_INVALID_STATE and the pipeline keeps working. The unfinished request ends
+ * cancelled (or failed by rank 0's shutdown), and its destroy returns after
+ * request_destroy_wait_s even while its runtime lives. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
@@ -86,8 +87,12 @@ static void check_after_runtime(const objects_t* o, const char* order) {
   if (o->request) {
     int done = 0;
     CHECK(cohort_request_test(o->request, &done) == COHORT_OK && done == 1,
-          "order %s: the pending request is complete (cancelled) once the runtime is destroyed", order);
-    CHECK(cohort_request_wait(o->request) == COHORT_ERR_CANCELLED, "order %s: the pending request is cancelled", order);
+          "order %s: the pending request is complete once the runtime is destroyed", order);
+    /* Cancelled by rank 1's own shutdown, or failed before it once rank 0 had shut down
+     * without ever submitting it: which comes first depends on timing. */
+    const cohort_status_t s = cohort_request_wait(o->request);
+    CHECK(s == COHORT_ERR_CANCELLED || s == COHORT_ERR_PEER_SHUTDOWN,
+          "order %s: the pending request is cancelled or failed by rank 0's shutdown, got %d", order, (int)s);
   }
 }
 
@@ -163,14 +168,7 @@ int main(void) {
     }
   }
   cohort_config_destroy(cfg);
-  /* Every rank's verdict: one more runtime for the sum. */
-  cohort_runtime_t* rt = NULL;
-  MUST(cohort_runtime_create(NULL, &rt));
-  double failures = rank_check_failures;
-  int64_t one = 1;
-  DLTensor t = {.data = &failures, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &one};
-  MUST(cohort_allreduce(rt, "failures", &t, NULL, NULL));
-  cohort_runtime_destroy(rt);
-  if (rank == 0) printf("teardown_mpi: %d orders, %d failure(s) on all ranks\n", kOrders, (int)failures);
+  const int failures = rank_check_job_failures();
+  if (rank == 0) printf("teardown_mpi: %d orders, %d failure(s) on all ranks\n", kOrders, failures);
   return failures > 0 ? 1 : 0;
 }

@@ -1,14 +1,16 @@
 """cohort-train run for real: flags and error messages, the labs' header, the JSON run
 summary, plain progress output, checkpoint resume, and a cohortrun sweep over it.
 
-Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion, Skipped); the binaries come
+Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion, Skipped, OneRankFails); the binaries come
 from the environment (COHORT_TRAIN, COHORTRUN). Tiny models and few steps keep each
 group to a few seconds."""
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 TRAIN = os.environ["COHORT_TRAIN"]
 COHORTRUN = os.environ.get("COHORTRUN", "")
@@ -181,25 +183,34 @@ def group_fashion():
     check("Num images:  60000" in out and s["data"] == data, "the IDX training split is read", out)
 
 
+NOT_A_JPEG = b"GIF89a, not a JPEG"
+
+
+def tiny_jpeg(i):
+    """A small JPEG made by cjpeg, different for each i."""
+    w, h = 20, 16
+    ppm = b"P6\n%d %d\n255\n" % (w, h) + bytes((x * 7 + y * 3 + i * 11) % 256
+                                               for y in range(h) for x in range(w) for _ in range(3))
+    return subprocess.run(["cjpeg", "-quality", "90"], input=ppm, capture_output=True, check=True).stdout
+
+
 def image_folder(root, good, bad):
     """root/{a,b}/NNN.jpg: `good` small JPEGs made by cjpeg, then `bad` files that are not JPEGs."""
     for i in range(good + bad):
         d = os.path.join(root, "ab"[i % 2])
         os.makedirs(d, exist_ok=True)
-        data = b"GIF89a, not a JPEG"
-        if i < good:
-            w, h = 20, 16
-            ppm = b"P6\n%d %d\n255\n" % (w, h) + bytes((x * 7 + y * 3 + i * 11) % 256
-                                                       for y in range(h) for x in range(w) for _ in range(3))
-            data = subprocess.run(["cjpeg", "-quality", "90"], input=ppm, capture_output=True, check=True).stdout
         with open(os.path.join(d, "%03d.jpg" % i), "wb") as f:
-            f.write(data)
+            f.write(tiny_jpeg(i) if i < good else NOT_A_JPEG)
 
 
-def group_skipped():
+def need_cjpeg():
     if subprocess.run(["sh", "-c", "command -v cjpeg"], capture_output=True).returncode != 0:
         print("SKIP: no cjpeg (libjpeg-turbo-progs)")
         sys.exit(77)
+
+
+def group_skipped():
+    need_cjpeg()
     base = ["--model=trivial", "--image_size=16", "--batch_size=4", "--num_warmup_batches=1", "--compute_threads=1",
             "--decode_threads=1", "--progress=plain", "--error_log_limit=0"]
     with tempfile.TemporaryDirectory() as d:
@@ -221,8 +232,55 @@ def group_skipped():
             check(rc != 0 and "not a JPEG" in out + err, "an all-corrupt folder fails on 2 ranks", out + err)
 
 
+def run_job(args, timeout):
+    """cohortrun ARGS in a session of its own: (rc, output, seconds), rc None when it had to
+    be killed after `timeout` seconds (with every rank, so no rank outlives the test)."""
+    start = time.monotonic()
+    p = subprocess.Popen([COHORTRUN] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, _ = p.communicate()
+        rc = None
+    return rc, out.decode(errors="replace"), time.monotonic() - start
+
+
+def group_one_rank_fails():
+    # Only rank 1's shard holds a corrupt image (no shuffle: rank r reads positions r, r+2, …),
+    # so only rank 1's pipeline fails, at its second batch, while rank 0 waits in the gradient
+    # allreduce of that step. Rank 0 must learn that rank 1 shut down and stop too: the job
+    # fails within seconds, not after stall_shutdown_s (60 s here), and each rank says why.
+    if not COHORTRUN:
+        print("SKIP: no cohortrun")
+        sys.exit(77)
+    need_cjpeg()
+    base = ["--model=trivial", "--image_size=16", "--batch_size=4", "--num_warmup_batches=1", "--compute_threads=1",
+            "--decode_threads=1", "--progress=plain", "--shuffle=false", "--num_epochs=3", "--stall_shutdown_s=60"]
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(16):  # positions 0-7 in class a, 8-15 in class b; position 9 is corrupt
+            os.makedirs(f"{d}/{'ab'[i // 8]}", exist_ok=True)
+            with open(f"{d}/{'ab'[i // 8]}/{i:03d}.jpg", "wb") as f:
+                f.write(NOT_A_JPEG if i == 9 else tiny_jpeg(i))
+        for mode, rank1_says in ((["--on_error=fail"], "not a JPEG"),
+                                 (["--on_error=skip", "--max_skipped_fraction=0.01"], "max_skipped_fraction=0.01")):
+            rc, out, took = run_job(["-np", "2", TRAIN] + base + [f"--data_dir={d}"] + mode, timeout=120)
+            what = " ".join(mode)
+            check(rc is not None and rc != 0, f"{what}: the job fails (rc {rc}) instead of hanging", out)
+            check(took < 30, f"{what}: the job ended after {took:.1f} s, not within seconds", out)
+            rank1 = [l for l in out.split("\n") if l.startswith("cohort-train: rank 1: reading a batch:")]
+            check(len(rank1) == 1 and rank1_says in rank1[0] and "009.jpg" in rank1[0],
+                  f"{what}: rank 1 names the corrupt file", out)
+            rank0 = [l for l in out.split("\n") if l.startswith("cohort-train: rank 0: training step:")]
+            check(len(rank0) == 1 and "rank 1 has shut down its collective engine" in rank0[0]
+                  and "rank 1's own error output" in rank0[0], f"{what}: rank 0 says rank 1 shut down", out)
+            check("cohortrun: job failed" in out, f"{what}: cohortrun reports the failed job", out)
+
+
 groups = {"Flags": group_flags, "Run": group_run, "Resume": group_resume, "SaveFailure": group_save_failure,
-          "Sweep": group_sweep, "Fashion": group_fashion, "Skipped": group_skipped}
+          "Sweep": group_sweep, "Fashion": group_fashion, "Skipped": group_skipped,
+          "OneRankFails": group_one_rank_fails}
 groups[sys.argv[1]]()
 print("FAILED:" if failures else "OK", *failures, sep="\n  ")
 sys.exit(1 if failures else 0)

@@ -932,12 +932,116 @@ TEST(CommEngine, SameNameTwiceWhilePendingFailsTheSecond) {
 }
 
 TEST(CommEngine, PendingRequestsAreCancelledAtShutdown) {
+  // Rank 1 shuts down only once it knows rank 0 is shutting down, so rank 0's request
+  // stays pending to the end (rank 0 keeps its own) and is cancelled then.
   std::shared_ptr<Request> left;
   run_ranks(2, fast_options(), [&](Engine& engine, int rank) {
     if (rank == 0) left = engine.submit(allreduce("never", filled(DType::kF32, {2}, 0)));
+    while (rank == 1 && engine.stats().ranks_shutting_down == 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   });
   ASSERT_TRUE(left->test());
   EXPECT_EQ(left->status().code(), Code::kCancelled);
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Waits for `request` no longer than `limit_s` (a hang would fail the test instead).
+Status wait_at_most(const std::shared_ptr<Request>& request, double limit_s) {
+  if (!request->wait_for(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(limit_s))))
+    return Status(Code::kInternal, cat("still pending after ", limit_s, " s"));
+  return request->status();
+}
+
+// What a rank that stays gets once `gone` has shut down without submitting its collective.
+void expect_peer_shutdown(const Status& s, const std::string& what, const std::string& gone) {
+  EXPECT_EQ(s.code(), Code::kPeerShutdown) << what << ": " << s.message();
+  EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(gone + " has shut down its collective engine"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(gone + "'s own error output"), std::string::npos) << s.message();
+}
+
+TEST(CommEngine, ARankThatShutsDownFailsWhatItNeverSubmittedOnTheRanksThatWait) {
+  // Rank 2 leaves after one step (as after an error of its own) while ranks 0 and 1 wait
+  // in their next allreduce. They learn it within a few cycles, not after
+  // stall_shutdown_s, and every later collective of theirs fails the same way, except
+  // one that rank 2 submitted before it left: that one still runs, with its data.
+  EngineOptions o = fast_options();
+  o.stall_shutdown_s = 20;
+  const int n = 3;
+  Tensor left_behind = filled(DType::kF32, {4}, 2);
+  std::shared_ptr<Request> left_request;
+  std::atomic<bool> waiting{false};
+  run_ranks(n, o, [&](Engine& engine, int rank) {
+    Tensor first = filled(DType::kF32, {4}, rank);
+    ASSERT_TRUE(engine.submit(allreduce("step", first))->wait().is_ok());
+    if (rank == 2) {
+      left_request = engine.submit(allreduce("late", left_behind));
+      while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;  // the engine shuts down
+    }
+    Tensor again = filled(DType::kF32, {4}, rank);
+    auto start = Clock::now();
+    auto step = engine.submit(allreduce("step", again));  // cached: one bit per cycle
+    waiting = true;
+    expect_peer_shutdown(wait_at_most(step, 10), "collective 'step' (allreduce sum f32[4])", "rank 2");
+    EXPECT_LT(seconds_since(start), 5.0);
+    EXPECT_EQ(engine.stats().ranks_shutting_down, 1u);
+
+    Tensor late = filled(DType::kF32, {4}, rank);
+    ASSERT_TRUE(wait_at_most(engine.submit(allreduce("late", late)), 10).is_ok());
+    for (int64_t i = 0; i < late.numel(); ++i)
+      EXPECT_EQ(get(late, i), value(0, i, false) + value(1, i, false) + value(2, i, false));
+
+    start = Clock::now();
+    TensorEntry b;
+    b.name = "after";
+    b.type = OpType::kBroadcast;
+    b.input = filled(DType::kF32, {2}, rank);
+    expect_peer_shutdown(wait_at_most(engine.submit(b), 10), "collective 'after' (broadcast f32[2] root 0)", "rank 2");
+    expect_peer_shutdown(wait_at_most(engine.barrier(), 10), "barrier", "rank 2");
+    Status j = wait_at_most(engine.join(), 10);
+    EXPECT_EQ(j.code(), Code::kPeerShutdown) << j.message();
+    EXPECT_EQ(j.message().rfind("join can never complete: rank 2 has shut down", 0), 0u) << j.message();
+    EXPECT_LT(seconds_since(start), 5.0);
+  });
+  ASSERT_TRUE(left_request->test());
+  ASSERT_TRUE(left_request->status().is_ok()) << left_request->status().message();
+  for (int64_t i = 0; i < left_behind.numel(); ++i)
+    EXPECT_EQ(get(left_behind, i), value(0, i, false) + value(1, i, false) + value(2, i, false));
+}
+
+TEST(CommEngine, RanksThatShutDownTogetherAreNamedTogether) {
+  EngineOptions o = fast_options();
+  o.stall_shutdown_s = 20;
+  run_ranks(3, o, [&](Engine& engine, int rank) {
+    ASSERT_TRUE(engine.barrier()->wait().is_ok());
+    if (rank != 0) return;  // the engine shuts down
+    while (engine.stats().ranks_shutting_down < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    Status s = wait_at_most(engine.submit(allreduce("alone", filled(DType::kF32, {1}, 0))), 10);
+    EXPECT_EQ(s.code(), Code::kPeerShutdown) << s.message();
+    EXPECT_NE(s.message().find("ranks [1, 2] have shut down their engines"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("the error output of ranks [1, 2]"), std::string::npos) << s.message();
+  });
+}
+
+TEST(CommEngine, AJoinedRankThatShutsDownStillServesTheOthers) {
+  // A rank that has joined takes part without data even while it shuts down, so the
+  // others finish their work and their own join.
+  EngineOptions o = fast_options();
+  o.stall_shutdown_s = 20;
+  run_ranks(2, o, [&](Engine& engine, int rank) {
+    if (rank == 1) {
+      engine.join();  // left pending: the engine shuts down right away
+      return;
+    }
+    while (engine.stats().ranks_shutting_down == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    Tensor t = filled(DType::kF32, {3}, 0);
+    ASSERT_TRUE(wait_at_most(engine.submit(allreduce("alone", t)), 10).is_ok());
+    EXPECT_EQ(get(t, 2), value(0, 2, false));  // rank 1 contributed zeros
+    Status j = wait_at_most(engine.join(), 10);
+    ASSERT_TRUE(j.is_ok()) << j.message();
+  });
 }
 
 TEST(CommEngine, TimelineHasOneProcessRowPerRankAndStepMarkers) {
@@ -1005,6 +1109,24 @@ bool all_threads_share_one_affinity() {
     if (line != first) return false;
   }
   return true;
+}
+
+TEST(CommEngine, TheEndOfComputeRunsHeldReductionsAtOnceNotAtTheNextCycle) {
+  // With a cycle far longer than the test's limit, only the wake-up at compute_end can
+  // run the held reduction in time.
+  EngineOptions o = fast_options();
+  o.hold_during_compute = true;
+  o.cycle_time_ms = 30000;
+  run_ranks(1, o, [&](Engine& engine, int) {
+    engine.compute_begin();
+    Tensor t = filled(DType::kF32, {16}, 0);
+    auto req = engine.submit(allreduce("held", t));
+    while (engine.stats().held == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_FALSE(req->test());
+    engine.compute_end();
+    EXPECT_TRUE(wait_at_most(req, 10).is_ok()) << "the held reduction waited for the next cycle";
+    req->wait();
+  });
 }
 
 TEST(CommEngine, HeldReductionsLeaveTheEngineThreadFreeToRunAnywhere) {

@@ -105,6 +105,44 @@ TEST(CommNegotiation, TheTableNamesTheRanksMissingAndTheCountsPerRank) {
   EXPECT_EQ(rank_list({0, 2}), "[0, 2]");
 }
 
+TEST(CommNegotiation, AMissingRankShuttingDownMeansTheOperationNeverRuns) {
+  AnnouncementTable table(4);
+  AnnouncementTable::Entry e;
+  e.metas = {meta("x", {1}), std::nullopt, std::nullopt, std::nullopt};
+  table.joined[2] = true;
+  EXPECT_FALSE(table.any_shutting_down());
+  EXPECT_TRUE(table.missing_for_good(e).empty());
+  EXPECT_TRUE(table.never_joining().empty());
+  table.shutting_down[0] = true;  // announced it: it will still run it
+  table.shutting_down[2] = true;  // joined: takes part without data
+  EXPECT_TRUE(table.any_shutting_down());
+  EXPECT_TRUE(table.missing_for_good(e).empty());
+  EXPECT_EQ(table.never_joining(), std::vector<int>{0});
+  table.shutting_down[3] = true;
+  EXPECT_EQ(table.missing_for_good(e), std::vector<int>{3});
+  EXPECT_EQ(table.never_joining(), (std::vector<int>{0, 3}));
+}
+
+TEST(CommNegotiation, ThePeerShutdownErrorNamesTheRanksAndWhereToLook) {
+  Status one = peer_shutdown_status(meta("grad/fc", {4, 3}), {1});
+  EXPECT_EQ(one.code(), Code::kPeerShutdown);
+  EXPECT_EQ(one.message(),
+            "collective 'grad/fc' (allreduce sum f32[4, 3]) can never complete: rank 1 has shut down its collective "
+            "engine (cohort_runtime_destroy) without submitting it. Rank 1 stopped making collective calls, most "
+            "likely after an error of its own: look for rank 1's own error output for the cause, then end this "
+            "rank too (cohort_runtime_destroy)");
+  Status two = peer_shutdown_status(meta(kJoinName, {}, OpType::kJoin), {0, 2});
+  EXPECT_EQ(two.message().rfind("join can never complete: ranks [0, 2] have shut down their engines "
+                                "(cohort_runtime_destroy) without joining",
+                                0),
+            0u)
+      << two.message();
+  EXPECT_NE(two.message().find("look for the error output of ranks [0, 2] for the cause"), std::string::npos)
+      << two.message();
+  Status barrier = peer_shutdown_status(meta("__barrier__.0.3", {}, OpType::kBarrier), {1});
+  EXPECT_EQ(barrier.message().rfind("barrier can never complete: rank 1 has shut down", 0), 0u) << barrier.message();
+}
+
 TEST(CommNegotiation, TheCacheKeepsBitsStableAndEvictsTheLeastRecentlyUsed) {
   ResponseCache cache(2);
   std::vector<std::optional<Meta>> metas{meta("a", {1})};
@@ -127,6 +165,7 @@ TEST(CommNegotiation, TheCacheKeepsBitsStableAndEvictsTheLeastRecentlyUsed) {
 TEST(CommNegotiation, MessagesRoundTripAndATruncatedOneIsAnInternalError) {
   Message m;
   m.submitted = 42;
+  m.shutting_down = true;
   Meta x = meta("layer.1/grad", {3, 2}, OpType::kAlltoall);
   x.splits = {1, 2};
   x.device = true;
@@ -138,6 +177,8 @@ TEST(CommNegotiation, MessagesRoundTripAndATruncatedOneIsAnInternalError) {
   std::string bytes = encode(m);
   Message back = decode(bytes);
   EXPECT_EQ(back.submitted, 42u);
+  EXPECT_TRUE(back.shutting_down);
+  EXPECT_FALSE(decode(encode(Message{})).shutting_down);
   ASSERT_EQ(back.metas.size(), 2u);
   EXPECT_TRUE(back.metas[0].same_signature(x));
   EXPECT_EQ(back.metas[1].kind, Meta::Kind::kWithdraw);
