@@ -56,12 +56,21 @@ std::string failure_cause(const JobResult& result) {
   return "the job failed with exit status " + std::to_string(result.exit_status) + " (mpirun did not say which rank)";
 }
 
-// Decides where restart number `restart` runs after `result`, and says so on stderr.
-Attempt next_attempt(const Request& request, const Plan& plan, const Attempt& current, const JobResult& result,
-                     int restart) {
-  const int failed =
-      result.failure ? failed_host(current.hosts, current.np, plan.ranks_fill_slots, *result.failure, is_this_machine)
-                     : -1;
+// The index in current.hosts of the host the job's failure points at, or -1. A lost
+// host's report then names the ranks that ran there.
+int locate_failure(JobResult& result, const Plan& plan, const Attempt& current) {
+  if (!result.failure) return -1;
+  RankFailure& f = *result.failure;
+  const int failed = failed_host(current.hosts, current.np, plan.ranks_fill_slots, f, is_this_machine);
+  if (f.rank < 0 && plan.ranks_fill_slots)
+    if (const std::string ranks = ranks_on_host(current.hosts, current.np, failed); !ranks.empty())
+      f.reason += ", where " + ranks + " ran";
+  return failed;
+}
+
+// Decides where restart number `restart` runs after `result`, whose failure points at
+// current.hosts[failed] (-1: unknown), and says so on stderr.
+Attempt next_attempt(const Request& request, const Attempt& current, const JobResult& result, int failed, int restart) {
   const RestartPlan next = plan_restart(current, request.exclude_failed_hosts, request.min_np, failed);
   std::string where;
   if (!next.dropped.empty())
@@ -96,7 +105,8 @@ int run(const Request& request) {
     }
     if (!plan.output_dir.empty()) make_directories(plan.output_dir);
     std::fflush(stdout);
-    const JobResult result = run_job(plan.argv);
+    JobResult result = run_job(plan.argv);
+    const int failed = locate_failure(result, plan, attempt);
     report_job(result, attempt.np);
     if (!plan.output_dir.empty())
       std::fprintf(stderr, "cohortrun: each rank's output is in %s/1/rank.N/{stdout,stderr}\n",
@@ -108,7 +118,7 @@ int run(const Request& request) {
         std::fprintf(stderr, "cohortrun: giving up after %d restart%s\n", restart, restart == 1 ? "" : "s");
       return result.exit_status;
     }
-    attempt = next_attempt(request, plan, attempt, result, restart + 1);
+    attempt = next_attempt(request, attempt, result, failed, restart + 1);
   }
 }
 

@@ -75,6 +75,16 @@ int failed_host(const std::vector<Host>& hosts, int np, bool by_slot, const Rank
   return -1;
 }
 
+std::string ranks_on_host(const std::vector<Host>& hosts, int np, int index) {
+  if (index < 0 || index >= static_cast<int>(hosts.size())) return "";
+  int first = 0;
+  for (int i = 0; i < index; ++i) first += hosts[static_cast<size_t>(i)].slots;
+  const int last = std::min(np, first + hosts[static_cast<size_t>(index)].slots) - 1;
+  if (last < first) return "";
+  if (last == first) return "rank " + std::to_string(first);
+  return "ranks " + std::to_string(first) + "-" + std::to_string(last);
+}
+
 RestartPlan plan_restart(const Attempt& current, bool exclude, int min_np, int failed_index) {
   RestartPlan plan{current, "", ""};
   if (!exclude) return plan;

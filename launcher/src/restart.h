@@ -31,6 +31,10 @@ Attempt first_attempt(const Request& request);
 int failed_host(const std::vector<Host>& hosts, int np, bool by_slot, const RankFailure& failure,
                 const std::function<bool(const std::string&)>& is_local);
 
+// "rank 2" or "ranks 2-3": the ranks on hosts[index] when ranks fill each host's slots
+// in order ("" for an index out of range or a host without ranks).
+std::string ranks_on_host(const std::vector<Host>& hosts, int np, int index);
+
 // Whether a host-list entry names this machine: its host name, localhost, or an address
 // of one of its interfaces (no name is looked up).
 bool is_this_machine(const std::string& host);

@@ -81,6 +81,16 @@ TEST(LauncherRestart, TheFailedHostIsFoundByNameRankOrDaemon) {
   EXPECT_EQ(failed_host({}, 6, true, lost, never_local), -1);
 }
 
+TEST(LauncherRestart, RanksOnAHost) {
+  const std::vector<Host> hosts = parse_host_list("a:2,b:1,c:4");
+  EXPECT_EQ(ranks_on_host(hosts, 7, 0), "ranks 0-1");
+  EXPECT_EQ(ranks_on_host(hosts, 7, 1), "rank 2");
+  EXPECT_EQ(ranks_on_host(hosts, 5, 2), "ranks 3-4");
+  EXPECT_EQ(ranks_on_host(hosts, 3, 2), "");
+  EXPECT_EQ(ranks_on_host(hosts, 7, 3), "");
+  EXPECT_EQ(ranks_on_host(hosts, 7, -1), "");
+}
+
 TEST(LauncherRestart, AFailedHostIsLeftOutOnlyWhenTheOthersHaveEnoughSlots) {
   const Attempt four{4, parse_host_list("a:2,b:2,c:1")};
   RestartPlan p = plan_restart(four, true, 0, 2);
