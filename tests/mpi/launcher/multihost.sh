@@ -20,6 +20,13 @@ on_h1 "$COHORTRUN" -np 2 -H 10.77.0.1:1,10.77.0.2:1 --mpi-args "$MPI_ARGS" --fus
   > "$WORK/out" 2>&1
 check settings 0 $? "^rank 1 COHORT_FUSION_THRESHOLD_MB=64$" '^rank 1 A=x y;\$\(z\)$' "^rank 1 COHORT_PROGRESS=plain$"
 
+# Arguments no shell may see reach the remote rank unchanged, and run nothing.
+on_h1 "$COHORTRUN" -np 2 -H 10.77.0.1:1,10.77.0.2:1 --mpi-args "$MPI_ARGS" "$PROBE" --args "a b" ";" \
+  "\$(touch $WORK/pwned)" "\`touch $WORK/pwned\`" "it's \"q\"" $'x\ny' > "$WORK/out" 2>&1
+check hostile-arguments 0 $? '^rank 1 arg 0=a b\|$' '^rank 1 arg 1=;\|$' '^rank 1 arg 2=\$\(touch [^|]*/pwned\)\|$' \
+  '^rank 1 arg 3=`touch [^|]*/pwned`\|$' "^rank 1 arg 4=it's \"q\"\\|\$" '^rank 1 arg 5=x$' '^y\|$'
+if [ -e "$WORK/pwned" ]; then echo "FAIL hostile-arguments: an argument was run by a shell"; fail=1; fi
+
 on_h1 "$COHORTRUN" -np 2 -H 10.77.0.1:1,10.77.0.2:1 --mpi-args "$MPI_ARGS" "$PROBE" --fail-rank 1 --exit-code 3 \
   > "$WORK/out" 2>&1
 check failing-remote-rank 3 $? "cohortrun: job failed \(exit status 3\): rank 1 \(on h2\) exited with status 3"

@@ -31,7 +31,8 @@ for ns in $H1 $H2; do
   n=$((n + 1))
 done
 
-# Runs a command line inside a host: its namespace, its hostname, its own /dev/shm.
+# Runs a command line inside a host: its namespace, its hostname, its own /dev/shm; bash
+# reads it, since on_h1 quotes with printf %q (which writes $'\n' for a newline).
 cat > "$WORK/on-host" <<AGENT
 #!/bin/sh
 case "\$1" in
@@ -40,7 +41,7 @@ case "\$1" in
   *) echo "on-host: unknown host \$1" >&2; exit 1 ;;
 esac
 shift
-exec ip netns exec \$ns unshare --uts sh -c 'hostname "\$0" && mount -t tmpfs none /dev/shm && exec sh -c "\$*"' \$name "\$@"
+exec ip netns exec \$ns unshare --uts sh -c 'hostname "\$0" && mount -t tmpfs none /dev/shm && exec bash -c "\$*"' \$name "\$@"
 AGENT
 chmod +x "$WORK/on-host"
 
