@@ -20,6 +20,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from process_tree import descendants, ranks_of  # noqa: E402
+
 TRAIN = os.environ["COHORT_TRAIN"]
 COHORTRUN = os.environ["COHORTRUN"]
 # A model whose checkpoint (~9.6 MB with momentum) takes a while to write, a step each.
@@ -47,33 +50,13 @@ def losses(stdout):
     return {int(m[0]): m[1] for m in re.findall(r"(?m)^(\d+)\timages/sec:[^\t]*\t(\S+)$", stdout)}
 
 
-def descendants(pid):
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-            except (OSError, IndexError, ValueError):
-                pass
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def kill_ranks(pid):
     """SIGKILL every cohort-train process of the job (the ranks); returns how many."""
     killed = 0
-    for p in descendants(pid):
+    for p in ranks_of(pid).values():
         try:
-            with open(f"/proc/{p}/comm") as f:
-                if f.read().strip() == "cohort-train":
-                    os.kill(p, signal.SIGKILL)
-                    killed += 1
+            os.kill(p, signal.SIGKILL)
+            killed += 1
         except OSError:
             pass
     return killed

@@ -15,6 +15,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "support"))
+from process_tree import ranks_of  # noqa: E402
+
 train, cohortrun = sys.argv[1], sys.argv[2]
 epochs = int(sys.argv[3]) if len(sys.argv) > 3 else 3
 every = int(sys.argv[4]) if len(sys.argv) > 4 else 100
@@ -31,26 +34,6 @@ def command(ckpt, restarts):
             "--progress=plain", "--json", f"--checkpoint_dir={ckpt}", f"--checkpoint_every={every}"]
 
 
-def rank_pid(ckpt, rank):
-    """The pid of cohort-train rank `rank` of the job that checkpoints into `ckpt`."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/comm") as f:
-                if f.read().strip() != "cohort-train":
-                    continue
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                if f"--checkpoint_dir={ckpt}".encode() not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if f"OMPI_COMM_WORLD_RANK={rank}".encode() in f.read().split(b"\0"):
-                    return int(entry)
-        except OSError:
-            pass
-    return None
-
-
 def run(ckpt, kill_at=None):
     """Runs the job; returns (wall seconds, summary, events), killing rank 1 once the
     progress reaches step kill_at."""
@@ -62,7 +45,7 @@ def run(ckpt, kill_at=None):
         now = time.monotonic() - start
         m = re.match(r"(\d+)\timages/sec", line)
         if m and kill_at and "kill" not in events and int(m[1]) >= kill_at:
-            pid = rank_pid(ckpt, 1)
+            pid = ranks_of(p.pid).get(1)
             if pid:
                 os.kill(pid, 9)
                 events["kill"] = (now, int(m[1]))
