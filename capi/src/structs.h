@@ -111,7 +111,8 @@ COHORT_STRUCT_FIELDS(cohort_eval_result_t, COHORT_FIELD(cohort_eval_result_t, sa
 COHORT_STRUCT_FIELDS(cohort_checkpoint_info_t, COHORT_FIELD(cohort_checkpoint_info_t, epoch),
                      COHORT_FIELD(cohort_checkpoint_info_t, step),
                      COHORT_FIELD(cohort_checkpoint_info_t, pipeline_epoch),
-                     COHORT_FIELD(cohort_checkpoint_info_t, pipeline_step));
+                     COHORT_FIELD(cohort_checkpoint_info_t, pipeline_step),
+                     COHORT_FIELD(cohort_checkpoint_info_t, ranks));
 COHORT_STRUCT_FIELDS(cohort_rate_summary_t, COHORT_FIELD(cohort_rate_summary_t, count),
                      COHORT_FIELD(cohort_rate_summary_t, median), COHORT_FIELD(cohort_rate_summary_t, mean),
                      COHORT_FIELD(cohort_rate_summary_t, std_error), COHORT_FIELD(cohort_rate_summary_t, jitter),

@@ -133,7 +133,8 @@ COHORT_API cohort_status_t cohort_optimizer_load_checkpoint(cohort_optimizer_t* 
     const std::optional<train::RunPosition> position = t.load_checkpoint(dir);
     *found = position ? 1 : 0;
     const train::RunPosition p = position.value_or(train::RunPosition{});
-    capi::write_out(info, cohort_checkpoint_info_t{0, p.epoch, p.step, p.pipeline_epoch, p.pipeline_step}, "info");
+    capi::write_out(
+        info, cohort_checkpoint_info_t{0, p.epoch, p.step, p.pipeline_epoch, p.pipeline_step, p.saved_ranks}, "info");
   });
 }
 

@@ -19,10 +19,12 @@ struct LauncherOption {
   bool takes_value;
 };
 constexpr LauncherOption kLauncherOptions[] = {
-    {"np", true},          {"host", true},      {"hostfile", true},         {"dry_run", false},
-    {"mpi_args", true},    {"env", true},       {"nccl_debug", true},       {"output_dir", true},
-    {"tag_output", false}, {"mpirun", true},    {"check_build", false},     {"help", false},
-    {"version", false},    {"sweep_out", true}, {"no_rank_monitor", false},
+    {"np", true},           {"host", true},         {"hostfile", true},
+    {"dry_run", false},     {"mpi_args", true},     {"env", true},
+    {"nccl_debug", true},   {"output_dir", true},   {"tag_output", false},
+    {"mpirun", true},       {"check_build", false}, {"help", false},
+    {"version", false},     {"sweep_out", true},    {"no_rank_monitor", false},
+    {"max_restarts", true}, {"min_np", true},       {"exclude_failed_hosts", false},
 };
 
 std::string normalize(std::string_view flag) {
@@ -91,14 +93,18 @@ std::string canonical_setting(const std::string& key, const std::string& value, 
   return result;
 }
 
-int parse_rank_count(const std::string& text, const std::string& flag) {
+// A count of `what` ("ranks") of at least `least`.
+int parse_count(const std::string& text, const std::string& flag, const std::string& what, int least) {
   int value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  const std::string bound = "the number of " + what + " must be ";
   if (ec != std::errc() || end != text.data() + text.size())
-    throw UsageError(flag + " " + text + ": the number of ranks must be an integer of at least 1");
-  if (value < 1) throw UsageError(flag + " " + text + ": the number of ranks must be at least 1");
+    throw UsageError(flag + " " + text + ": " + bound + "an integer of at least " + std::to_string(least));
+  if (value < least) throw UsageError(flag + " " + text + ": " + bound + "at least " + std::to_string(least));
   return value;
 }
+
+int parse_rank_count(const std::string& text, const std::string& flag) { return parse_count(text, flag, "ranks", 1); }
 
 bool valid_env_name(std::string_view name) {
   if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
@@ -208,6 +214,12 @@ class Parser {
       request_.mpirun = value;
     } else if (key == "sweep_out") {
       request_.sweep_prefix = value;
+    } else if (key == "max_restarts") {
+      request_.max_restarts = parse_count(value, flag, "restarts", 0);
+    } else if (key == "min_np") {
+      request_.min_np = parse_rank_count(value, flag);
+    } else if (key == "exclude_failed_hosts") {
+      request_.exclude_failed_hosts = true;
     } else if (key == "check_build" || key == "help" || key == "version") {
       const Mode mode = key == "check_build" ? Mode::kCheckBuild : key == "help" ? Mode::kHelp : Mode::kVersion;
       if (special_ && *special_ != flag) throw UsageError(*special_ + " and " + flag + " cannot be combined");
@@ -264,7 +276,8 @@ class Parser {
       const bool other = np_text_ || !request_.program.empty() || !request_.host_list.empty() ||
                          !request_.hostfile.empty() || request_.dry_run || !request_.mpi_args.empty() ||
                          !request_.exports.empty() || !request_.output_dir.empty() || request_.tag_output ||
-                         !request_.rank_monitor;
+                         !request_.rank_monitor || request_.max_restarts > 0 || request_.exclude_failed_hosts ||
+                         request_.min_np > 0;
       if (other && special_mode_ != Mode::kHelp) throw UsageError(*special_ + " takes no other option and no program");
       request_.mode = special_mode_;
       return;
@@ -289,6 +302,21 @@ class Parser {
       request_.np = parse_rank_count(*np_text_, "-np");
     }
     if (request_.program.empty()) throw UsageError("no program to run: cohortrun -np N [options] -- PROGRAM ARGS");
+    check_restart_options();
+  }
+
+  void check_restart_options() const {
+    if (request_.mode == Mode::kSweep && request_.max_restarts > 0)
+      throw UsageError("--max-restarts cannot be combined with sweep");
+    if (request_.exclude_failed_hosts && request_.max_restarts == 0)
+      throw UsageError("--exclude-failed-hosts needs --max-restarts N (it decides where a restart runs)");
+    if (request_.exclude_failed_hosts && request_.host_list.empty() && request_.hostfile.empty())
+      throw UsageError("--exclude-failed-hosts needs the hosts: give -H host:slots,… or --hostfile FILE");
+    if (request_.min_np > 0 && !request_.exclude_failed_hosts)
+      throw UsageError("--min-np is for --exclude-failed-hosts (the fewest ranks a restart may run on)");
+    if (request_.min_np > request_.np)
+      throw UsageError("--min-np " + std::to_string(request_.min_np) + " is more than -np " +
+                       std::to_string(request_.np));
   }
 
   const std::vector<std::string>& args_;
@@ -325,6 +353,14 @@ Launcher options:
   --no-rank-monitor     start PROGRAM directly, not under cohortrun-monitor (which names a
                         rank that fails; it must be at the same path on every host)
   --mpirun PATH         the mpirun to use (default: mpirun on PATH)
+  --max-restarts N      when a rank fails, start the job again, up to N times; the ranks
+                        get COHORT_RESUME=true, so a program run with --checkpoint_dir
+                        (cohort-train) resumes from its latest complete checkpoint
+  --exclude-failed-hosts  restart without the host of the rank that failed, when the
+                        other hosts still have enough slots (-np, or --min-np)
+  --min-np M            with --exclude-failed-hosts: a restart may run on as few as M
+                        ranks; only for programs that resume at another rank count
+                        (cohort-train rescales its learning rate and epoch length)
   --sweep-out PREFIX    sweep: write PREFIX.csv and PREFIX.json (default: cohort-sweep)
   --check-build         print what this build of cohort can do
   --help, --version

@@ -28,15 +28,19 @@ struct Request {
   std::vector<Export> exports;        // library settings, --env, --nccl-debug, in command-line order
   std::string output_dir;             // --output-dir
   bool tag_output = false;
-  bool rank_monitor = true;          // run each rank under cohortrun-monitor
-  std::string mpirun;                // --mpirun PATH ("" = mpirun on PATH)
-  std::string sweep_prefix;          // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
-  std::vector<std::string> program;  // PROGRAM ARGS...
+  bool rank_monitor = true;           // run each rank under cohortrun-monitor
+  std::string mpirun;                 // --mpirun PATH ("" = mpirun on PATH)
+  int max_restarts = 0;               // --max-restarts N: start the job again after a failure
+  bool exclude_failed_hosts = false;  // --exclude-failed-hosts: restart without the failed rank's host
+  int min_np = 0;                     // --min-np M: fewest ranks a restart may use (0 = np)
+  std::string sweep_prefix;           // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
+  std::vector<std::string> program;   // PROGRAM ARGS...
 };
 
 // Parses everything after argv[0]. Throws UsageError for unknown options (with the
 // nearest valid name), bad values (naming the key, value and what is allowed),
-// N < 1, and options that conflict with each other.
+// N < 1, and options that conflict with each other (--exclude-failed-hosts without
+// --max-restarts or a host list, --min-np above -np or without --exclude-failed-hosts).
 Request parse_command_line(const std::vector<std::string>& args);
 
 // The --help text.

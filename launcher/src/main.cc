@@ -14,6 +14,7 @@
 #include "command_line.h"
 #include "job.h"
 #include "plan.h"
+#include "restart.h"
 #include "sweep.h"
 #include "text.h"
 
@@ -41,21 +42,84 @@ void notes(const Plan& plan, const Context& context, int np) {
                  plan.slots == 1 ? "" : "s");
 }
 
+// Whether the program will find a checkpoint to resume from after a restart.
+bool program_checkpoints(const Request& request, const Context& context) {
+  for (const std::string& arg : request.program)
+    if (arg.rfind("--checkpoint_dir", 0) == 0 || arg.rfind("--checkpoint-dir", 0) == 0) return true;
+  for (const Export& e : request.exports)
+    if (e.name == "COHORT_CHECKPOINT_DIR") return true;
+  return context.env.count("COHORT_CHECKPOINT_DIR") != 0;
+}
+
+std::string failure_cause(const JobResult& result) {
+  if (result.failure) return result.failure->reason;
+  return "the job failed with exit status " + std::to_string(result.exit_status) + " (mpirun did not say which rank)";
+}
+
+// The index in current.hosts of the host the job's failure points at, or -1. A lost
+// host's report then names the ranks that ran there.
+int locate_failure(JobResult& result, const Plan& plan, const Attempt& current) {
+  if (!result.failure) return -1;
+  RankFailure& f = *result.failure;
+  const int failed = failed_host(current.hosts, current.np, plan.ranks_fill_slots, f, is_this_machine);
+  if (f.rank < 0 && plan.ranks_fill_slots)
+    if (const std::string ranks = ranks_on_host(current.hosts, current.np, failed); !ranks.empty())
+      f.reason += ", where " + ranks + " ran";
+  return failed;
+}
+
+// Decides where restart number `restart` runs after `result`, whose failure points at
+// current.hosts[failed] (-1: unknown), and says so on stderr.
+Attempt next_attempt(const Request& request, const Attempt& current, const JobResult& result, int failed, int restart) {
+  const RestartPlan next = plan_restart(current, request.exclude_failed_hosts, request.min_np, failed);
+  std::string where;
+  if (!next.dropped.empty())
+    where = "leaving out host " + next.dropped + ": " + std::to_string(next.next.np) + " rank" +
+            (next.next.np == 1 ? "" : "s") + " on " + host_list_text(next.next.hosts);
+  else if (!next.kept.empty())
+    where = "on the same hosts (" + next.kept + ")";
+  else
+    where = "on the same hosts";
+  std::fprintf(stderr, "cohortrun: restart %d of %d after %s; %s\n", restart, request.max_restarts,
+               failure_cause(result).c_str(), where.c_str());
+  return next.next;
+}
+
 int run(const Request& request) {
   const Context context = current_context();
-  const Plan plan = build_plan(request, request.np, context);
-  notes(plan, context, request.np);
-  if (request.dry_run) {
-    std::printf("%s\n", shell_join(plan.argv).c_str());
-    return 0;
+  Attempt attempt = first_attempt(request);
+  for (int restart = 0;; ++restart) {
+    const Request each = attempt_request(request, attempt, restart);
+    const Plan plan = build_plan(each, attempt.np, context);
+    if (restart == 0) {
+      notes(plan, context, request.np);
+      if (request.max_restarts > 0 && !program_checkpoints(request, context))
+        std::fputs(
+            "cohortrun: --max-restarts: the program gets no --checkpoint_dir, so a restart starts it from the "
+            "beginning\n",
+            stderr);
+    }
+    if (request.dry_run) {
+      std::printf("%s\n", shell_join(plan.argv).c_str());
+      return 0;
+    }
+    if (!plan.output_dir.empty()) make_directories(plan.output_dir);
+    std::fflush(stdout);
+    JobResult result = run_job(plan.argv);
+    const int failed = locate_failure(result, plan, attempt);
+    report_job(result, attempt.np);
+    if (!plan.output_dir.empty())
+      std::fprintf(stderr, "cohortrun: each rank's output is in %s/1/rank.N/{stdout,stderr}\n",
+                   plan.output_dir.c_str());
+    if (result.exit_status == 0 && restart > 0)
+      std::fprintf(stderr, "cohortrun: the job succeeded after %d restart%s\n", restart, restart == 1 ? "" : "s");
+    if (result.exit_status == 0 || result.interrupted_by || restart == request.max_restarts) {
+      if (result.exit_status != 0 && request.max_restarts > 0 && !result.interrupted_by)
+        std::fprintf(stderr, "cohortrun: giving up after %d restart%s\n", restart, restart == 1 ? "" : "s");
+      return result.exit_status;
+    }
+    attempt = next_attempt(request, attempt, result, failed, restart + 1);
   }
-  if (!plan.output_dir.empty()) make_directories(plan.output_dir);
-  std::fflush(stdout);
-  const JobResult result = run_job(plan.argv);
-  report_job(result, request.np);
-  if (!plan.output_dir.empty())
-    std::fprintf(stderr, "cohortrun: each rank's output is in %s/1/rank.N/{stdout,stderr}\n", plan.output_dir.c_str());
-  return result.exit_status;
 }
 
 }  // namespace

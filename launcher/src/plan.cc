@@ -277,6 +277,7 @@ Plan build_plan(const Request& request, int np, const Context& context) {
   a = {mpirun, "-np", std::to_string(np)};
   for (auto part : {mpirun_options(request, plan, context, overridden), export_options(request, context), user})
     a.insert(a.end(), part.begin(), part.end());
+  plan.ranks_fill_slots = !plan.oversubscribed && !overridden.count("map-by");
   plan.monitored = !request.rank_monitor || !context.monitor.empty();
   if (request.rank_monitor && !context.monitor.empty()) a.insert(a.end(), {context.monitor, "--"});
   a.insert(a.end(), request.program.begin(), request.program.end());

@@ -34,6 +34,7 @@ struct Plan {
   bool oversubscribed = false;    // np > slots
   std::string output_dir;         // absolute --output-dir, or ""
   bool monitored = true;          // each rank runs under cohortrun-monitor (or it was not asked for)
+  bool ranks_fill_slots = true;   // ranks fill each host's slots in list order (-map-by slot, not oversubscribed)
 };
 
 // Throws UsageError for a program that is not found or not executable, a missing

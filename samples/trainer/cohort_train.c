@@ -23,7 +23,7 @@
 /* The options the trainer reads itself (every other one goes to the library). */
 typedef struct {
   char model[128], precision[16], data_dir[4096], data_format[16], progress[16], checkpoint_dir[4096];
-  int64_t batch_size, passes, display_every;
+  int64_t batch_size, passes, display_every, checkpoint_every, eval_every;
   int eval, resume, json, summary_only, profile;
 } settings_t;
 
@@ -134,6 +134,8 @@ static void read_settings(const cohort_config_t* cfg, settings_t* s) {
   s->batch_size = get_int(cfg, "batch_size");
   s->passes = get_int(cfg, "backward_passes_per_step");
   s->display_every = get_int(cfg, "display_every");
+  s->checkpoint_every = get_int(cfg, "checkpoint_every");
+  s->eval_every = get_int(cfg, "eval_every");
   s->eval = get_bool(cfg, "eval");
   s->resume = get_bool(cfg, "resume");
   s->json = get_bool(cfg, "json");
@@ -286,7 +288,7 @@ static int plan_run(trainer_t* t, plan_t* plan) {
 
 /* Rank 0's parameters on every rank; with --resume, those of the latest checkpoint and
  * the position it recorded. */
-static int restore_or_start(trainer_t* t, progress_t* p) {
+static int restore_or_start(trainer_t* t, const plan_t* plan, progress_t* p) {
   CHECK(cohort_optimizer_broadcast(t->opt, 0), "broadcasting parameters from rank 0");
   if (!t->set.resume) return 0;
   if (t->set.checkpoint_dir[0] == '\0') {
@@ -303,7 +305,16 @@ static int restore_or_start(trainer_t* t, progress_t* p) {
   p->step = ck.step * t->set.passes;
   p->epochs_done = ck.epoch;
   CHECK(cohort_pipeline_seek(t->train, ck.pipeline_epoch, ck.pipeline_step), "seeking the input pipeline");
-  if (t->rank == 0) printf("Resumed from step %lld (epoch %lld)\n", (long long)ck.step, (long long)ck.epoch);
+  double lr = 0;
+  CHECK(cohort_optimizer_state(t->opt, &lr, NULL), "reading the learning rate");
+  if (t->rank != 0) return 0;
+  printf("Resumed from step %lld (epoch %lld)\n", (long long)ck.step, (long long)ck.epoch);
+  /* At another rank count the library resumed at the same sample, and the schedule
+   * follows the new global batch. */
+  if (ck.ranks > 0 && ck.ranks != t->size)
+    printf("Saved by %lld ranks, resumed on %d: global batch %lld, %lld steps per epoch, learning rate %g\n",
+           (long long)ck.ranks, t->size, (long long)(t->set.batch_size * t->size), (long long)plan->steps_per_epoch,
+           lr);
   return 0;
 }
 
@@ -331,8 +342,21 @@ static int show_progress(const trainer_t* t, const plan_t* plan, const progress_
   return 0;
 }
 
-/* One batch: read it, train on it, measure it, report it, and checkpoint at the end of
- * an epoch and of the run. */
+/* --eval_every: the evaluation set's top-1 and top-5 at this step (collective). */
+static int evaluate_during_training(const trainer_t* t, const progress_t* p) {
+  cohort_eval_result_t ev = {.struct_size = sizeof ev};
+  CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
+  if (t->rank != 0) return 0;
+  clear_live(t);
+  printf("Step %lld: Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", (long long)p->step, ev.top1,
+         ev.top5, (long long)ev.samples, ev.loss);
+  fflush(stdout);
+  return 0;
+}
+
+/* One batch: read it, train on it, measure it, report it, checkpoint at the end of an
+ * epoch, every checkpoint_every steps and at the end of the run, and evaluate every
+ * eval_every steps. */
 static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   const double t0 = now_s();
   cohort_batch_t b = {.struct_size = sizeof b};
@@ -354,8 +378,12 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   if (show_progress(t, plan, p, images / secs)) return 1;
   const int epoch_end = plan->steps_per_epoch > 0 && b.step == plan->steps_per_epoch - 1;
   if (epoch_end) ++p->epochs_done;
-  if (t->set.checkpoint_dir[0] && st.updated && (epoch_end || p->step == plan->total))
-    return save_checkpoint(t, &b, epoch_end, p->epochs_done);
+  const int every = t->set.checkpoint_every > 0 && p->step % t->set.checkpoint_every == 0;
+  if (t->set.checkpoint_dir[0] && st.updated && (epoch_end || every || p->step == plan->total) &&
+      save_checkpoint(t, &b, epoch_end, p->epochs_done))
+    return 1;
+  if (t->set.eval && t->set.eval_every > 0 && p->step % t->set.eval_every == 0 && p->step < plan->total)
+    return evaluate_during_training(t, p);
   return 0;
 }
 
@@ -473,7 +501,7 @@ static int run(trainer_t* t, int argc, char** argv) {
   if (open_pipelines(t) || plan_run(t, &plan)) return 1;
   print_header(t, &plan, argc, argv);
   progress_t progress = {0};
-  const int rc = restore_or_start(t, &progress);
+  const int rc = restore_or_start(t, &plan, &progress);
   if (rc) return rc;
   if (train(t, &plan, &progress)) return 1;
   return report(t, &plan, &progress);

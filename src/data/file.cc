@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "core/files.h"
 #include "core/status.h"
 
 namespace cohort::data {
@@ -57,7 +57,7 @@ std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes) {
 }
 
 void write_file(const std::string& path, const void* data, size_t n) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) fail(Code::kIo, "cannot create '", path, "': ", std::strerror(errno));
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -75,19 +75,7 @@ void write_file(const std::string& path, const void* data, size_t n) {
 }
 
 void replace_file(const std::string& path, const void* data, size_t n) {
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp = cat(path, ".tmp-", ::getpid(), "-", counter++);
-  try {
-    write_file(tmp, data, n);
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    fail(Code::kIo, "cannot replace '", path, "': ", std::strerror(err));
-  }
+  replace_file_atomically(path, {static_cast<const char*>(data), n});
 }
 
 bool is_directory(const std::string& path) {

@@ -30,8 +30,9 @@ class File {
 // The whole file (throws kIo; kCorruptData when it exceeds max_bytes).
 std::vector<uint8_t> read_file(const std::string& path, uint64_t max_bytes = uint64_t(1) << 34);
 void write_file(const std::string& path, const void* data, size_t n);
-// Writes a temporary file beside path and renames it over path: a reader (another rank
-// opening the same dataset) sees the old file or the whole new one, never a part.
+// Writes a temporary file beside path (an unpredictable name: the directory may be
+// shared) and renames it over path: a reader (another rank opening the same dataset)
+// sees the old file or the whole new one, never a part.
 void replace_file(const std::string& path, const void* data, size_t n);
 
 bool is_directory(const std::string& path);

@@ -11,9 +11,10 @@
 #include <cstring>
 #include <set>
 
+#include "core/crc32c.h"
+#include "core/files.h"
 #include "core/status.h"
 #include "core/strings.h"
-#include "core/crc32c.h"
 
 namespace cohort {
 namespace fs = std::filesystem;
@@ -28,70 +29,8 @@ constexpr size_t kChunk = size_t{1} << 20;
 constexpr uint32_t kMaxNdim = 16;
 constexpr uint32_t kMaxString = 1u << 20;
 constexpr std::string_view kLatest = "latest";
-constexpr std::string_view kTempPrefix = ".tmp-";
 
 std::string sys_error() { return std::strerror(errno); }
-
-// A file written under a temporary name and renamed into place by commit(); removed
-// again if it is never committed.
-class AtomicFile {
- public:
-  explicit AtomicFile(fs::path target) : target_(std::move(target)) {
-    fs::path dir = target_.parent_path().empty() ? fs::path(".") : target_.parent_path();
-    temp_ = dir / cat(kTempPrefix, target_.filename().string(), "-", ::getpid());
-    ::unlink(temp_.c_str());  // a leftover of this very process id
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0)
-      fail(Code::kIo, "cannot create '", temp_.string(), "' to write '", target_.string(), "': ", sys_error());
-  }
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_.c_str());
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-
-  void write(const void* data, size_t size) {
-    const char* p = static_cast<const char*>(data);
-    while (size > 0) {
-      ssize_t n = ::write(fd_, p, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) fail(Code::kIo, "cannot write '", temp_.string(), "' (for '", target_.string(), "'): ", sys_error());
-      p += n;
-      size -= static_cast<size_t>(n);
-    }
-  }
-  void pwrite_at(const void* data, size_t size, off_t offset) {
-    ssize_t n = ::pwrite(fd_, data, size, offset);
-    if (n != static_cast<ssize_t>(size))
-      fail(Code::kIo, "cannot write '", temp_.string(), "' (for '", target_.string(), "'): ", sys_error());
-  }
-
-  // fsync the data, rename over the target, fsync the directory so the rename lasts.
-  void commit() {
-    if (::fsync(fd_) != 0) fail(Code::kIo, "cannot fsync '", temp_.string(), "': ", sys_error());
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail(Code::kIo, "cannot close '", temp_.string(), "': ", sys_error());
-    if (::rename(temp_.c_str(), target_.c_str()) != 0)
-      fail(Code::kIo, "cannot rename '", temp_.string(), "' to '", target_.string(), "': ", sys_error());
-    committed_ = true;
-    fs::path dir = target_.parent_path().empty() ? fs::path(".") : target_.parent_path();
-    int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) fail(Code::kIo, "cannot open directory '", dir.string(), "' to fsync it: ", sys_error());
-    int rc = ::fsync(dfd);
-    int saved = errno;
-    ::close(dfd);
-    errno = saved;
-    if (rc != 0) fail(Code::kIo, "cannot fsync directory '", dir.string(), "': ", sys_error());
-  }
-
- private:
-  fs::path target_;
-  fs::path temp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 // Streams the payload into an AtomicFile, computing its size and CRC on the way.
 class PayloadWriter {
@@ -421,18 +360,13 @@ fs::path CheckpointDir::save(const Checkpoint& ck, const CheckpointWriteOptions&
   require(ck.step >= 0, "checkpoint: step must be >= 0, got ", ck.step);
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec))  // leftovers of interrupted writes
-    if (e.path().filename().string().starts_with(kTempPrefix)) fs::remove(e.path(), ec);
+    if (e.path().filename().string().starts_with(kTempFilePrefix)) fs::remove(e.path(), ec);
 
   char name[64];
   std::snprintf(name, sizeof name, "ckpt-%012lld.cohort", static_cast<long long>(ck.step));
   const fs::path file = dir_ / name;
   write_checkpoint(file, ck, options);
-  {
-    AtomicFile latest(dir_ / kLatest);
-    std::string line = std::string(name) + "\n";
-    latest.write(line.data(), line.size());
-    latest.commit();
-  }
+  replace_file_atomically(dir_ / kLatest, std::string(name) + "\n");
   std::vector<fs::path> all;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string f = e.path().filename().string();

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/status.h"
+#include "core/strings.h"
 #include "train/agreement.h"
 #include "train/checkpoint.h"
 #include "train/precision.h"
@@ -27,22 +28,48 @@ struct SavedHead {
   RunPosition position;
 
   Tensor pack() const {
-    Tensor t = Tensor::empty({5}, DType::kI64);
+    Tensor t = Tensor::empty({6}, DType::kI64);
     int64_t* v = t.data_as<int64_t>();
     v[0] = found ? 1 : 0;
     v[1] = position.epoch;
     v[2] = position.step;
     v[3] = position.pipeline_epoch;
     v[4] = position.pipeline_step;
+    v[5] = position.saved_ranks;
     return t;
   }
   static SavedHead unpack(const Tensor& t) {
     const int64_t* v = t.data_as<int64_t>();
-    return {v[0] != 0, {v[1], v[2], v[3], v[4]}};
+    return {v[0] != 0, {v[1], v[2], v[3], v[4], v[5]}};
   }
 };
 
+// A positive integer of a checkpoint's metadata, or 0 when it is missing or not one.
+int64_t metadata_int(const Checkpoint& ck, const std::string& key) {
+  const auto it = ck.metadata.find(key);
+  if (it == ck.metadata.end()) return 0;
+  const std::optional<int64_t> v = parse_int(it->second);
+  return v && *v > 0 ? *v : 0;
+}
+
 }  // namespace
+
+RunPosition rescale_position(const RunPosition& position, const StepShape& saved, const StepShape& now,
+                             int64_t pipeline_steps_per_epoch) {
+  RunPosition p = position;
+  if (saved.update_batch() <= 0 || now.update_batch() <= 0) return p;
+  // x86's long double holds products up to 2^64 exactly, and an exact quotient stays exact.
+  auto scale = [](int64_t steps, int64_t from, int64_t to) {
+    return static_cast<int64_t>(static_cast<long double>(steps) * from / to);
+  };
+  p.step = scale(position.step, saved.update_batch(), now.update_batch());
+  p.pipeline_step = scale(position.pipeline_step, saved.pipeline_batch(), now.pipeline_batch());
+  if (pipeline_steps_per_epoch > 0 && p.pipeline_step >= pipeline_steps_per_epoch) {
+    ++p.pipeline_epoch;
+    p.pipeline_step = 0;
+  }
+  return p;
+}
 
 Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(std::move(model)), config_(config) {
   Runtime& rt = model_->runtime();
@@ -153,7 +180,10 @@ void Trainer::save_checkpoint(const std::string& dir, const RunPosition& positio
     ck.pipeline_epoch = position.pipeline_epoch;
     ck.pipeline_step = position.pipeline_step;
     ck.seed = static_cast<uint64_t>(config_.get_int("seed"));
-    ck.metadata["ranks"] = std::to_string(model_->runtime().size());
+    const StepShape shape = step_shape();
+    ck.metadata["ranks"] = std::to_string(shape.ranks);
+    ck.metadata["batch_size"] = std::to_string(shape.batch_size);
+    ck.metadata["backward_passes_per_step"] = std::to_string(shape.passes);
     for (const NamedTensor& t : model_tensors()) ck.params.push_back({t.name, clone_host(t.tensor)});
     store_optimizer_state(ck, *optimizer_);
     CheckpointDir(dir, static_cast<int>(config_.get_int("keep_checkpoints"))).save(ck);
@@ -167,7 +197,19 @@ void Trainer::restore_on_root(const std::string& dir, RunPosition& position, boo
   restore_parameters(ck, model_->name(), model_tensors(), *file);
   restore_optimizer_state(ck, *optimizer_, *file);
   found = true;
-  position = {ck.epoch, ck.step, ck.pipeline_epoch, ck.pipeline_step};
+  position = {ck.epoch, ck.step, ck.pipeline_epoch, ck.pipeline_step, metadata_int(ck, "ranks")};
+  StepShape saved{metadata_int(ck, "batch_size"), position.saved_ranks, metadata_int(ck, "backward_passes_per_step")};
+  const StepShape now = step_shape();
+  if (saved.update_batch() > 0 && saved.update_batch() != now.update_batch()) {
+    const int64_t ranks = position.saved_ranks;
+    position = rescale_position(position, saved, now, steps_per_epoch_ * now.passes);
+    position.saved_ranks = ranks;
+    optimizer_->set_steps(position.step);
+  }
+}
+
+StepShape Trainer::step_shape() const {
+  return {config_.get_int("batch_size"), model_->runtime().size(), config_.get_int("backward_passes_per_step")};
 }
 
 std::optional<RunPosition> Trainer::load_checkpoint(const std::string& dir) {

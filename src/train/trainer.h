@@ -38,7 +38,24 @@ struct RunPosition {
   int64_t epoch = 0;  // completed epochs
   int64_t step = 0;   // optimizer updates taken
   int64_t pipeline_epoch = 0, pipeline_step = 0;
+  int64_t saved_ranks = 0;  // loading: ranks of the run that saved it (0: not recorded)
 };
+
+// How many samples a run's steps take: batch_size per rank and pass, ranks, passes per
+// optimizer step.
+struct StepShape {
+  int64_t batch_size = 0, ranks = 0, passes = 1;
+  int64_t pipeline_batch() const { return batch_size * ranks; }
+  int64_t update_batch() const { return batch_size * ranks * passes; }
+};
+
+// A position saved by a run of shape `saved`, as the same number of samples in a run of
+// shape `now`: the optimizer's step count and the pipeline's step within its epoch are
+// scaled by the ratio of their global batches, rounding down (the partial batch is seen
+// again). `pipeline_steps_per_epoch` (0: unknown) moves a position at or past the end of
+// an epoch to the start of the next.
+RunPosition rescale_position(const RunPosition& position, const StepShape& saved, const StepShape& now,
+                             int64_t pipeline_steps_per_epoch);
 
 class Trainer {
  public:
@@ -76,7 +93,9 @@ class Trainer {
   void save_checkpoint(const std::string& dir, const RunPosition& position);
   // Collective: rank 0 restores the latest checkpoint of `dir`, whose values then reach
   // every rank. nullopt when `dir` has none (nothing changes). A failure throws the
-  // same error on every rank.
+  // same error on every rank. A checkpoint saved at another global batch (another rank
+  // count) resumes at the same sample: rescale_position() converts the step count, which
+  // the learning-rate schedule follows, and the pipeline position.
   std::optional<RunPosition> load_checkpoint(const std::string& dir);
 
  private:
@@ -85,6 +104,7 @@ class Trainer {
   // Parameters and batch-norm statistics, as checkpoints name them.
   std::vector<NamedTensor> model_tensors() const;
   void restore_on_root(const std::string& dir, RunPosition& position, bool& found);
+  StepShape step_shape() const;
 
   std::shared_ptr<Model> model_;  // kept alive: the trainer writes into it
   Config config_;

@@ -164,6 +164,7 @@ typedef struct cohort_checkpoint_info_t {
   int64_t step;           /**< Optimizer updates taken (saving: ignored, the optimizer's count is used). */
   int64_t pipeline_epoch; /**< Where the input pipeline continues (cohort_pipeline_seek()). */
   int64_t pipeline_step;  /**< Batch within that epoch. */
+  int64_t ranks;          /**< Loading: ranks of the run that saved it (0: not recorded). Saving: ignored. */
 } cohort_checkpoint_info_t;
 
 /**
@@ -185,6 +186,14 @@ COHORT_API cohort_status_t cohort_optimizer_save_checkpoint(cohort_optimizer_t* 
 /**
  * @brief Collective: rank 0 loads the latest checkpoint of @p dir, then its values are
  * broadcast to every rank (as cohort_optimizer_broadcast()).
+ *
+ * A checkpoint saved at another global batch (another number of ranks, after a restart
+ * on fewer hosts) resumes at the same sample: the optimizer's step count, which the
+ * learning-rate schedule follows, and @p info's step and pipeline position are scaled
+ * by the ratio of the global batches (rounding down, so a partial batch is seen again);
+ * @p info->ranks tells the caller the rank count it was saved at. Call
+ * cohort_optimizer_set_run_length() with this run's lengths first, so that a position
+ * past the end of an epoch moves to the next one.
  * @param optimizer The optimizer.
  * @param dir       The checkpoint directory.
  * @param info      Receives the saved position (the same on every rank); set its struct_size.

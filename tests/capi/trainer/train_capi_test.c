@@ -335,6 +335,7 @@ static void checkpoint_round_trip_and_errors(void** state) {
   cohort_checkpoint_info_t got = {.struct_size = sizeof got};
   assert_int_equal(cohort_optimizer_load_checkpoint(ob, dir, &got, &found), COHORT_OK);
   assert_true(found == 1 && got.step == 3 && got.epoch == 1 && got.pipeline_epoch == 2 && got.pipeline_step == 5);
+  assert_int_equal(got.ranks, 1); /* the rank count it was saved at */
   cohort_train_stats_t sa = {.struct_size = sizeof sa}, sb = {.struct_size = sizeof sb};
   assert_int_equal(cohort_optimizer_train_step(oa, &bt->b, &sa), COHORT_OK);
   assert_int_equal(cohort_optimizer_train_step(ob, &bt->b, &sb), COHORT_OK);

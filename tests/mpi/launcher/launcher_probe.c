@@ -7,6 +7,11 @@
  *                                 images/sec is RATE × size × (1 − 0.05 × (size − 1))
  *   --print-env NAME              every rank prints "rank R NAME=value" (or "unset")
  *   --pid-file DIR                every rank writes its pid to DIR/rank.R.pid
+ *   --fail-once DIR               --fail-rank and --signal-rank act only while DIR/failed
+ *                                 does not exist; the failing rank creates it (a job that
+ *                                 fails once, then succeeds when started again)
+ *   --args                        every rank prints each following argument as
+ *                                 "rank R arg I=<argument>|" (the rest of the line is the argument)
  * Ranks print "rank R of N ready" first. */
 #include <signal.h>
 #include <stdio.h>
@@ -24,6 +29,7 @@ int main(int argc, char** argv) {
   const int size = env_int("OMPI_COMM_WORLD_SIZE", 1);
   int fail_rank = -1, exit_code = 1, signal_rank = -1, sig = SIGSEGV;
   double sleep_s = 0, summary = -1;
+  const char* fail_once = NULL;
   printf("rank %d of %d ready\n", rank, size);
   fflush(stdout);
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -44,6 +50,11 @@ int main(int argc, char** argv) {
     else if (strcmp(key, "--print-env") == 0) {
       const char* v = getenv(value);
       printf("rank %d %s=%s\n", rank, value, v ? v : "unset");
+    } else if (strcmp(key, "--fail-once") == 0) {
+      fail_once = value;
+    } else if (strcmp(key, "--args") == 0) {
+      for (int a = i + 1; a < argc; ++a) printf("rank %d arg %d=%s|\n", rank, a - i - 1, argv[a]);
+      break;
     } else if (strcmp(key, "--pid-file") == 0) {
       char path[4096];
       snprintf(path, sizeof path, "%s/rank.%d.pid", value, rank);
@@ -58,6 +69,16 @@ int main(int argc, char** argv) {
     }
   }
   fflush(stdout);
+  if (fail_once) {
+    char marker[4096];
+    snprintf(marker, sizeof marker, "%s/failed", fail_once);
+    if (access(marker, F_OK) == 0) {
+      fail_rank = signal_rank = -1;
+    } else if (rank == fail_rank || rank == signal_rank) {
+      FILE* f = fopen(marker, "w");
+      if (f) fclose(f);
+    }
+  }
   if (rank == fail_rank) {
     fprintf(stderr, "launcher_probe: rank %d exits with status %d\n", rank, exit_code);
     return exit_code;

@@ -10,6 +10,7 @@ import re
 import select
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -262,6 +263,98 @@ class FailingRank(unittest.TestCase):
         r = run(["-np", "3", MPI_FAIL, "no-finalize", "2"])
         self.assertNotEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stderr, r"rank 2 \(on \S+\) exited without finalizing MPI")
+
+
+class Restarts(unittest.TestCase):
+    def test_a_failed_rank_restarts_the_job_which_resumes(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = run(["-np", "2", "--max-restarts=2", PROBE, "--fail-once", d, "--fail-rank", "1", "--exit-code", "3",
+                     "--print-env", "COHORT_RESUME"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stderr, r"cohortrun: restart 1 of 2 after rank 1 \(on \S+\) exited with status 3; "
+                                       r"on the same hosts\n")
+            self.assertIn("cohortrun: the job succeeded after 1 restart\n", r.stderr)
+            self.assertIn("--max-restarts: the program gets no --checkpoint_dir", r.stderr)
+            resume = re.findall(r"rank 0 COHORT_RESUME=(\S+)", r.stdout)
+            self.assertEqual(resume, ["unset", "true"], r.stdout)
+
+    def test_restarts_are_bounded(self):
+        r = run(["-np", "2", "--max-restarts=2", PROBE, "--signal-rank", "0", "--signal", str(int(signal.SIGKILL)),
+                 "--checkpoint_dir=unused"])
+        self.assertEqual(r.returncode, 128 + signal.SIGKILL, r.stderr)
+        self.assertEqual(r.stderr.count("cohortrun: job failed (exit status 137): rank 0"), 3, r.stderr)
+        self.assertIn("restart 2 of 2 after rank 0", r.stderr)
+        self.assertIn("cohortrun: giving up after 2 restarts", r.stderr)
+        self.assertNotIn("--max-restarts: the program gets no --checkpoint_dir", r.stderr)
+
+    def test_the_failed_host_is_left_out_down_to_min_np(self):
+        # Two names of this machine make two hosts for mpirun; the failure of the rank on
+        # the second leaves one slot, enough for --min-np 1.
+        host = socket.gethostname()
+        with tempfile.TemporaryDirectory() as d:
+            r = run(["-np", "2", "-H", f"localhost:1,{host}:1", "--max-restarts=1", "--exclude-failed-hosts",
+                     "--min-np=1", PROBE, "--fail-once", d, "--fail-rank", "1", "--exit-code", "5"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertRegex(r.stderr, rf"restart 1 of 1 after rank 1 \(on \S+\) exited with status 5; leaving out "
+                                       rf"host {re.escape(host)}: 1 rank on localhost:1\n")
+            self.assertIn("rank 0 of 1 ready", r.stdout)
+            r = run(["-np", "2", "-H", f"localhost:1,{host}:1", "--max-restarts=1", "--exclude-failed-hosts",
+                     PROBE, "--fail-rank", "1", "--exit-code", "5"])
+            self.assertEqual(r.returncode, 5, r.stderr)
+            self.assertIn("on the same hosts (the other hosts have 1 slot, fewer than the 2 ranks a restart needs "
+                          "(-np; --min-np allows fewer))", r.stderr)
+
+    def test_an_interrupted_job_is_not_restarted(self):
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.Popen([COHORTRUN, "-np", "2", "--max-restarts=3", PROBE, "--pid-file", d, "--sleep", "30"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            wait_for(lambda: len(os.listdir(d)) == 2, 30, "both ranks")
+            p.send_signal(signal.SIGINT)
+            out, err = p.communicate(timeout=TIMEOUT)
+            self.assertEqual(p.returncode, 128 + signal.SIGINT, err)
+            self.assertNotIn("restart 1", err)
+
+
+class UserText(unittest.TestCase):
+    HOSTILE = ["two words", "it's", '"q"', ";", "a;b", "$(touch {d}/pwned)", "`touch {d}/pwned2`", "x\ny", "",
+               "${{HOME}}", "'; touch {d}/pwned3 #", "\\", "*"]
+
+    def test_hostile_arguments_reach_every_rank_unchanged(self):
+        with tempfile.TemporaryDirectory() as d:
+            args = [a.format(d=d) for a in self.HOSTILE]
+            r = run(["-np", "2", "--env", f"A=$(touch {d}/pwned4);x", PROBE, "--print-env", "A", "--args"] + args)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for rank in (0, 1):
+                got = re.findall(rf"(?ms)^rank {rank} arg (\d+)=(.*?)\|$", r.stdout)
+                self.assertEqual([a for _, a in got], args, r.stdout)
+                self.assertIn(f"rank {rank} A=$(touch {d}/pwned4);x\n", r.stdout)
+            self.assertEqual(sorted(os.listdir(d)), [], "nothing the arguments name was run")
+
+    def test_hostile_host_names_are_refused_before_anything_runs(self):
+        with tempfile.TemporaryDirectory() as d:
+            for hosts in (f"a;touch {d}/p:1", f"$(touch {d}/p):1", "a b:1", "'a':1", "a\nb:1", "`id`:2"):
+                r = run(["-np", "1", "-H", hosts, PROBE])
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn("is not a host name", r.stderr)
+            hostfile = os.path.join(d, "hosts")
+            with open(hostfile, "w") as f:
+                f.write(f"h1 slots=1\nh2;$(touch\t{d}/p) slots=1\n")
+            r = run(["-np", "1", "--hostfile", hostfile, PROBE])
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn(f"{hostfile}:2: 'h2;$(touch' is not a host name", r.stderr)
+            self.assertEqual(os.listdir(d), ["hosts"])
+
+    def test_files_cohortrun_writes_honour_the_umask(self):
+        with tempfile.TemporaryDirectory() as d:
+            for mask in (0o022, 0o077):
+                old = os.umask(mask)
+                try:
+                    r = run(["sweep", "-np", "1", "--sweep-out", f"{d}/s{mask:o}", "--", PROBE, "--summary", "10"])
+                finally:
+                    os.umask(old)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                for ext in ("csv", "json"):
+                    self.assertEqual(os.stat(f"{d}/s{mask:o}.{ext}").st_mode & 0o777, 0o666 & ~mask)
 
 
 class CheckBuild(unittest.TestCase):

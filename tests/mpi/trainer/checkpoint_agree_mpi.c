@@ -5,13 +5,21 @@
  * Only rank 0's directory matters: the other ranks pass a path that does not exist.
  *
  * Run as root, rank 0 writes the read-only directory with the file-system identity of
- * "nobody" (setfsuid affects only the calling thread), since root ignores permissions. */
+ * "nobody" (setfsuid affects only the calling thread), since root ignores permissions.
+ *
+ * With an argument, a directory on a small file system of its own (a tmpfs the caller
+ * mounted): a save there works, then rank 0 fills the file system, and the next save
+ * fails on every rank alike with "No space left on device", leaving no temporary file
+ * and the previous checkpoint loadable. */
 #define _GNU_SOURCE
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <sys/fsuid.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -51,7 +59,48 @@ static void expect_agreed_failure(cohort_optimizer_t* opt, const char* dir, cons
   CHECK(same_on_every_rank(text), "every rank has rank 0's message; this one has: %s", text);
 }
 
-int main(void) {
+/* Rank 0 fills the file system of `dir` with the file `dir`/filler (its path: `filler`). */
+static void fill_up(const char* dir, char* filler, size_t size) {
+  snprintf(filler, size, "%s/filler", dir);
+  if (g_rank != 0) return;
+  const int fd = open(filler, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (!CHECK(fd >= 0, "creating %s", filler)) exit(1);
+  static char block[65536];
+  while (write(fd, block, sizeof block) > 0) {
+  }
+  CHECK(errno == ENOSPC, "%s fills its file system (errno %d)", filler, errno);
+  while (write(fd, block, 1) > 0) {
+  }
+  close(fd);
+}
+
+/* No temporary file of an interrupted write is left in `dir` (rank 0 looks). */
+static void expect_no_temporary(const char* dir) {
+  if (g_rank != 0) return;
+  DIR* d = opendir(dir);
+  if (!CHECK(d != NULL, "listing %s", dir)) return;
+  for (struct dirent* e = readdir(d); e; e = readdir(d))
+    CHECK(strncmp(e->d_name, ".tmp-", 5) != 0, "a temporary file is left in %s: %s", dir, e->d_name);
+  closedir(d);
+}
+
+/* A full disk: the save before it stays loadable, the failed one leaves nothing. */
+static void full_disk(cohort_optimizer_t* opt, const char* dir) {
+  cohort_checkpoint_info_t info = {.struct_size = sizeof info, .epoch = 7};
+  OK(cohort_optimizer_save_checkpoint(opt, g_rank == 0 ? dir : "/nonexistent/not/rank0s", &info));
+  char filler[600];
+  fill_up(dir, filler, sizeof filler);
+  expect_agreed_failure(opt, dir, "No space left on device", 0);
+  expect_no_temporary(dir);
+  cohort_checkpoint_info_t got = {.struct_size = sizeof got};
+  int found = 0;
+  OK(cohort_optimizer_load_checkpoint(opt, dir, &got, &found));
+  CHECK(found == 1 && got.epoch == 7, "the checkpoint before the full disk loads: found %d epoch %lld", found,
+        (long long)got.epoch);
+  if (g_rank == 0) unlink(filler);
+}
+
+int main(int argc, char** argv) {
   cohort_config_t* cfg = NULL;
   MUST(cohort_config_create(&cfg));
   MUST(cohort_config_set(cfg, "device", "cpu"));
@@ -94,6 +143,7 @@ int main(void) {
   int found = 0;
   OK(cohort_optimizer_load_checkpoint(opt, good, &got, &found));
   CHECK(found == 1 && got.epoch == 3, "found %d epoch %lld", found, (long long)got.epoch);
+  if (argc > 1) full_disk(opt, argv[1]);
 
   cohort_optimizer_destroy(opt);
   cohort_model_destroy(m);

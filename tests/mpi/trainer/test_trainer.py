@@ -1,9 +1,9 @@
 """cohort-train run for real: flags and error messages, the labs' header, the JSON run
 summary, plain progress output, checkpoint resume, and a cohortrun sweep over it.
 
-Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion, Skipped, OneRankFails); the binaries come
-from the environment (COHORT_TRAIN, COHORTRUN). Tiny models and few steps keep each
-group to a few seconds."""
+Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion, Skipped, OneRankFails,
+Every, ResumeResized); the binaries come from the environment (COHORT_TRAIN, COHORTRUN). Tiny
+models and few steps keep each group to a few seconds."""
 import json
 import os
 import signal
@@ -278,9 +278,38 @@ def group_one_rank_fails():
             check("cohortrun: job failed" in out, f"{what}: cohortrun reports the failed job", out)
 
 
+def group_every():
+    # --checkpoint_every and --eval_every: a checkpoint and an evaluation every 3 steps.
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run(TINY + ["--num_iter=7", "--synthetic_samples=80", "--eval", "--eval_every=3",
+                                   f"--checkpoint_dir={d}", "--checkpoint_every=3", "--keep_checkpoints=10"])
+        check(rc == 0, "periodic checkpoints and evaluations", out + err)
+        evals = [l.split(":")[0] for l in out.split("\n") if l.startswith("Step ") and "Accuracy @ 1" in l]
+        check(evals == ["Step 3", "Step 6"], f"an evaluation every 3 steps: {evals}", out)
+        saved = sorted(f for f in os.listdir(d) if f.startswith("ckpt-"))
+        check(saved == ["ckpt-000000000003.cohort", "ckpt-000000000006.cohort", "ckpt-000000000007.cohort"],
+              f"a checkpoint every 3 steps and at the end: {saved}", out + err)
+
+
+def group_resume_resized():
+    # A checkpoint of 2 ranks resumed on 1: the same sample, twice the steps, half the rate.
+    if not COHORTRUN:
+        print("SKIP: no cohortrun")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as d:
+        base = TINY + ["--synthetic_samples=64", f"--checkpoint_dir={d}", "--lr_scaling=linear",
+                       "--lr_schedule=constant"]
+        rc, out, err = run(["-np", "2", TRAIN] + base + ["--num_iter=3"], cmd=[COHORTRUN])
+        check(rc == 0, "2 ranks save a checkpoint", out + err)
+        rc, out, err = run(base + ["--num_iter=10", "--resume"])
+        check(rc == 0 and "Resumed from step 6 (epoch 0)" in out, "step 3 of 2 ranks is step 6 of 1", out + err)
+        check("Saved by 2 ranks, resumed on 1: global batch 8, 8 steps per epoch, learning rate 0.003125" in out,
+              "the rank count, epoch length and learning rate of the new size are printed", out)
+
+
 groups = {"Flags": group_flags, "Run": group_run, "Resume": group_resume, "SaveFailure": group_save_failure,
           "Sweep": group_sweep, "Fashion": group_fashion, "Skipped": group_skipped,
-          "OneRankFails": group_one_rank_fails}
+          "OneRankFails": group_one_rank_fails, "Every": group_every, "ResumeResized": group_resume_resized}
 groups[sys.argv[1]]()
 print("FAILED:" if failures else "OK", *failures, sep="\n  ")
 sys.exit(1 if failures else 0)

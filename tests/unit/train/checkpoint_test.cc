@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -309,6 +310,21 @@ TEST(CheckpointDir, LatestPointsAtTheNewestAndOldOnesArePruned) {
   spit(cd.dir() / "latest", std::vector<char>(10000, 'a'));
   msg = error_of([&] { cd.latest(); }, &code);
   EXPECT_NE(msg.find("should hold one checkpoint file name"), std::string::npos) << msg;
+}
+
+// Checkpoints and the "latest" pointer get the mode any new file of the user gets.
+TEST(CheckpointDir, FilesHonourTheUmask) {
+  TempDir dir;
+  for (mode_t mask : {mode_t{002}, mode_t{077}}) {
+    const mode_t old = ::umask(mask);
+    const fs::path file = CheckpointDir(dir.path() / "run", 1).save(sample(mask));
+    ::umask(old);
+    for (const fs::path& f : {file, dir.path() / "run" / "latest"}) {
+      struct stat st {};
+      ASSERT_EQ(::stat(f.c_str(), &st), 0) << f;
+      EXPECT_EQ(st.st_mode & 0777, 0666 & ~mask) << f << " under umask " << std::oct << mask;
+    }
+  }
 }
 
 // A child process writes a large checkpoint and is killed part-way: the previous

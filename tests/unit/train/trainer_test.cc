@@ -245,6 +245,59 @@ TEST(Trainer, CheckpointRoundTripContinuesTheSameCurve) {
   EXPECT_EQ(ta.train_step(batch.images, batch.labels, 6).loss, tb.train_step(batch.images, batch.labels, 6).loss);
 }
 
+TEST(Trainer, APositionMovesToTheSameSampleAtAnotherGlobalBatch) {
+  const StepShape four{32, 4, 1}, two{32, 2, 1}, accumulating{32, 2, 2};
+  RunPosition p{1, 30, 1, 7, 4};
+  RunPosition q = rescale_position(p, four, two, 0);
+  EXPECT_EQ(q.step, 60);
+  EXPECT_EQ(q.pipeline_step, 14);
+  EXPECT_EQ(q.epoch, 1);
+  EXPECT_EQ(q.pipeline_epoch, 1);
+  q = rescale_position({1, 61, 1, 15, 2}, two, four, 0);  // partial batches are seen again
+  EXPECT_EQ(q.step, 30);
+  EXPECT_EQ(q.pipeline_step, 7);
+  q = rescale_position(p, four, accumulating, 0);  // two passes of 64 samples per update
+  EXPECT_EQ(q.step, 30);
+  EXPECT_EQ(q.pipeline_step, 14);
+  q = rescale_position({0, 9, 0, 9, 4}, four, two, 18);  // the end of an epoch is the next one's start
+  EXPECT_EQ(q.pipeline_epoch, 1);
+  EXPECT_EQ(q.pipeline_step, 0);
+  q = rescale_position(p, {}, two, 0);  // nothing recorded: nothing changes
+  EXPECT_EQ(q.step, 30);
+  EXPECT_EQ(q.pipeline_step, 7);
+}
+
+TEST(Trainer, ACheckpointOfAnotherGlobalBatchResumesAtTheSameSample) {
+  TempDir dir;
+  Config big = config(), small = config();
+  big.set("batch_size", "8");
+  small.set("batch_size", "2");
+  for (Config* c : {&big, &small}) c->set("lr_schedule", "cosine");
+  auto a = tiny(big), b = tiny(small);
+  Trainer ta(a, big), tb(b, small);
+  ta.set_run_length(3, 100);
+  tb.set_run_length(10, 400);
+  Batch batch;
+  for (int i = 0; i < 3; ++i) ta.train_step(batch.images, batch.labels, 6);
+  ta.save_checkpoint(dir.path(), {0, 0, 0, 5});
+  const auto pos = tb.load_checkpoint(dir.path());
+  ASSERT_TRUE(pos.has_value());
+  EXPECT_EQ(pos->saved_ranks, 1);
+  EXPECT_EQ(pos->step, 12);  // 3 steps of 8 samples are 12 of 2
+  EXPECT_EQ(tb.steps(), 12);
+  EXPECT_EQ(pos->pipeline_epoch, 1) << "pipeline step 20 is past an epoch of 10: the next epoch starts";
+  EXPECT_EQ(pos->pipeline_step, 0);
+  EXPECT_EQ(pos->epoch, 0);
+  Trainer fresh(tiny(small), small);
+  fresh.set_run_length(10, 400);
+  const double lr12 = [&] {
+    for (int i = 0; i < 12; ++i) fresh.train_step(batch.images, batch.labels, 6);
+    return fresh.next_lr();
+  }();
+  EXPECT_DOUBLE_EQ(tb.next_lr(), lr12) << "the schedule continues at the converted step";
+  EXPECT_EQ(weights(*a), weights(*b));
+}
+
 TEST(Trainer, FailedSaveSaysWhyAndKeepsNothingHalfWritten) {
   TempDir dir;
   auto m = tiny(config());
