@@ -126,7 +126,18 @@ COHORT_STRUCT_FIELDS(cohort_run_summary_t, COHORT_FIELD(cohort_run_summary_t, mo
                      COHORT_FIELD(cohort_run_summary_t, images_per_sec), COHORT_FIELD(cohort_run_summary_t, epochs),
                      COHORT_FIELD(cohort_run_summary_t, loss), COHORT_FIELD(cohort_run_summary_t, has_top1),
                      COHORT_FIELD(cohort_run_summary_t, top1), COHORT_FIELD(cohort_run_summary_t, top5),
-                     COHORT_FIELD(cohort_run_summary_t, wall_s), COHORT_FIELD(cohort_run_summary_t, extra_json));
+                     COHORT_FIELD(cohort_run_summary_t, wall_s), COHORT_FIELD(cohort_run_summary_t, extra_json),
+                     COHORT_FIELD(cohort_run_summary_t, variable_update), COHORT_FIELD(cohort_run_summary_t, workers),
+                     COHORT_FIELD(cohort_run_summary_t, servers), COHORT_FIELD(cohort_run_summary_t, has_staleness),
+                     COHORT_FIELD(cohort_run_summary_t, staleness_mean),
+                     COHORT_FIELD(cohort_run_summary_t, staleness_max));
+COHORT_STRUCT_FIELDS(cohort_optimizer_info_t, COHORT_FIELD(cohort_optimizer_info_t, variable_update),
+                     COHORT_FIELD(cohort_optimizer_info_t, worker), COHORT_FIELD(cohort_optimizer_info_t, server),
+                     COHORT_FIELD(cohort_optimizer_info_t, workers), COHORT_FIELD(cohort_optimizer_info_t, servers),
+                     COHORT_FIELD(cohort_optimizer_info_t, worker_index),
+                     COHORT_FIELD(cohort_optimizer_info_t, updates),
+                     COHORT_FIELD(cohort_optimizer_info_t, staleness_sum),
+                     COHORT_FIELD(cohort_optimizer_info_t, staleness_max));
 
 // Throws kInvalidArgument naming `what` unless `size` is the size of some version of T.
 template <typename T>

@@ -37,10 +37,15 @@ void train_step(const cohort_model_t* model, cohort_optimizer_t* optimizer, cons
                 cohort_train_stats_t* stats) {
   train::Trainer& t = live(optimizer);
   if (model) require(model->model.get() == &t.model(), "the optimizer was created for another model");
-  const cohort_batch_t b = capi::read_in(batch, cohort_batch_t{}, "batch");
   if (stats) capi::check_struct_size<cohort_train_stats_t>(stats->struct_size, "stats");
-  const train::StepStats st =
-      t.train_step(capi::tensor_of(&b.images, "batch->images"), capi::tensor_of(&b.labels, "batch->labels"), b.valid);
+  train::StepStats st;
+  if (!batch && !t.exchange_info().worker) {
+    st = t.train_step(Tensor{}, Tensor{}, 0);  // a dedicated parameter server: nothing to do
+  } else {
+    const cohort_batch_t b = capi::read_in(batch, cohort_batch_t{}, "batch");
+    st =
+        t.train_step(capi::tensor_of(&b.images, "batch->images"), capi::tensor_of(&b.labels, "batch->labels"), b.valid);
+  }
   if (!stats) return;
   cohort_train_stats_t full{};
   full.loss = st.loss;
@@ -92,6 +97,24 @@ COHORT_API cohort_status_t cohort_optimizer_state(const cohort_optimizer_t* opti
     train::Trainer& t = live(optimizer);
     if (lr) *lr = t.next_lr();
     if (steps) *steps = t.steps();
+  });
+}
+
+COHORT_API cohort_status_t cohort_optimizer_info(const cohort_optimizer_t* optimizer, cohort_optimizer_info_t* info) {
+  return guard("cohort_optimizer_info", [&] {
+    capi::check_struct_size<cohort_optimizer_info_t>(need(info, "info")->struct_size, "info");
+    const train::ExchangeInfo e = live(optimizer).exchange_info();
+    cohort_optimizer_info_t full{};
+    full.variable_update = train::variable_update_name(e.mode);
+    full.worker = e.worker ? 1 : 0;
+    full.server = e.server ? 1 : 0;
+    full.workers = e.workers;
+    full.servers = e.servers;
+    full.worker_index = e.worker_index;
+    full.updates = e.updates;
+    full.staleness_sum = e.staleness_sum;
+    full.staleness_max = e.staleness_max;
+    capi::write_out(info, full, "info");
   });
 }
 
@@ -203,6 +226,12 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
       s.top5 = c.top5;
     }
     s.wall_s = c.wall_s;
+    if (c.variable_update && *c.variable_update) {
+      s.variable_update = c.variable_update;
+      s.workers = c.workers;
+      s.servers = c.servers;
+      if (c.has_staleness) s.staleness = RunSummary::Staleness{c.staleness_mean, c.staleness_max};
+    }
     std::string text = run_summary_json(s);
     if (c.extra_json && *c.extra_json && !text.empty() && text.back() == '}') {
       text.pop_back();

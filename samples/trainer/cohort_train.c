@@ -51,6 +51,7 @@ typedef struct {
   cohort_pipeline_t* train;
   cohort_pipeline_t* eval;
   cohort_metrics_t* metrics;
+  cohort_optimizer_info_t roles; /* variable_update: whether this rank computes, the workers */
   int rank, size, local_size;
   int tty; /* draw a live progress line */
   double wall_start;
@@ -140,6 +141,12 @@ static void read_settings(const cohort_config_t* cfg, settings_t* s) {
   s->summary_only = get_bool(cfg, "summary");
 }
 
+/* A host f64 vector as a DLTensor (for the trainer's own collectives). */
+static DLTensor f64_vector(double* data, int64_t* n) {
+  DLTensor x = {.data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = n};
+  return x;
+}
+
 /* ---------------------------------------------------------------- output (rank 0) */
 
 /* "Cmd line args:" lists the options given on the command line, in their order. */
@@ -186,9 +193,14 @@ static void print_header(const trainer_t* t, const plan_t* plan, int argc, char*
   printf("Num images:  %lld\n", (long long)plan->dataset_size);
   printf("Model:       %s\n", t->set.model);
   printf("Batch size:  %lld per device\n", (long long)t->set.batch_size);
-  printf("             %lld total\n", (long long)(t->set.batch_size * t->size));
+  printf("             %lld total\n", (long long)(t->set.batch_size * t->roles.workers));
   printf("Data format: %s\n", t->set.data_format);
   printf("Data type:   %s\n", labs_dtype(t->set.precision));
+  printf("Variables:   %s", t->roles.variable_update);
+  if (t->roles.servers > 0)
+    printf(" (%d server%s, %s)", t->roles.servers, t->roles.servers == 1 ? "" : "s",
+           t->roles.workers < t->size ? "dedicated" : "on ranks that also compute");
+  printf("\n");
   fflush(stdout);
 }
 
@@ -247,9 +259,18 @@ static int print_model_summary(const trainer_t* t) {
   return 0;
 }
 
+/* How this rank takes part in the optimizer's variable_update mode. */
+static int read_roles(trainer_t* t) {
+  t->roles.struct_size = sizeof t->roles;
+  CHECK(cohort_optimizer_info(t->opt, &t->roles), "reading the optimizer's roles");
+  return 0;
+}
+
 /* The training pipeline and, with --eval, the evaluation one, both made for the model:
- * they take its image size, channels and classes. */
+ * they take its image size, channels and classes. A dedicated parameter server reads no
+ * data. */
 static int open_pipelines(trainer_t* t) {
+  if (!t->roles.worker) return 0;
   CHECK(cohort_pipeline_create_for_model(t->model, t->cfg, &t->train), "opening the input pipeline");
   if (!t->set.eval) return 0;
   cohort_config_t* ec = NULL;
@@ -263,13 +284,29 @@ static int open_pipelines(trainer_t* t) {
   return 0;
 }
 
+/* The training pipeline's epoch and dataset size; dedicated parameter servers, which
+ * have no pipeline, learn them from rank 0 (always a worker). */
+static int epoch_size(trainer_t* t, plan_t* plan) {
+  if (t->train) {
+    cohort_pipeline_info_t info = {.struct_size = sizeof info};
+    CHECK(cohort_pipeline_info(t->train, &info), "reading the pipeline's size");
+    plan->steps_per_epoch = info.steps_per_epoch;
+    plan->dataset_size = info.dataset_size;
+  }
+  if (t->roles.workers == t->size) return 0;
+  double sizes[2] = {(double)plan->steps_per_epoch, (double)plan->dataset_size};
+  int64_t two = 2;
+  DLTensor x = f64_vector(sizes, &two);
+  CHECK(cohort_broadcast(t->rt, "trainer/epoch_size", &x, NULL, 0), "sharing the epoch size");
+  plan->steps_per_epoch = (int64_t)sizes[0];
+  plan->dataset_size = (int64_t)sizes[1];
+  return 0;
+}
+
 /* --num_iter, or --num_epochs of the training pipeline, in whole optimizer steps. */
 static int plan_run(trainer_t* t, plan_t* plan) {
-  cohort_pipeline_info_t info = {.struct_size = sizeof info};
-  CHECK(cohort_pipeline_info(t->train, &info), "reading the pipeline's size");
+  if (epoch_size(t, plan)) return 1;
   const int64_t passes = t->set.passes;
-  plan->steps_per_epoch = info.steps_per_epoch;
-  plan->dataset_size = info.dataset_size;
   int64_t total = get_int(t->cfg, "num_iter");
   if (total == 0) total = (int64_t)ceil(get_float(t->cfg, "num_epochs") * (double)plan->steps_per_epoch);
   if (total < 1) total = 1;
@@ -301,17 +338,19 @@ static int restore_or_start(trainer_t* t, progress_t* p) {
   }
   p->step = ck.step * t->set.passes;
   p->epochs_done = ck.epoch;
-  CHECK(cohort_pipeline_seek(t->train, ck.pipeline_epoch, ck.pipeline_step), "seeking the input pipeline");
+  if (t->train)
+    CHECK(cohort_pipeline_seek(t->train, ck.pipeline_epoch, ck.pipeline_step), "seeking the input pipeline");
   if (t->rank == 0) printf("Resumed from step %lld (epoch %lld)\n", (long long)ck.step, (long long)ck.epoch);
   return 0;
 }
 
-/* The agreed save: rank 0 writes, and a failure stops every rank alike. */
-static int save_checkpoint(const trainer_t* t, const cohort_batch_t* b, int epoch_end, int64_t epochs_done) {
+/* The agreed save: rank 0 writes (only its position counts), and a failure stops every
+ * rank alike. */
+static int save_checkpoint(const trainer_t* t, int64_t epoch, int64_t step, int epoch_end, int64_t epochs_done) {
   cohort_checkpoint_info_t ck = {.struct_size = sizeof ck};
   ck.epoch = epochs_done;
-  ck.pipeline_epoch = epoch_end ? b->epoch + 1 : b->epoch;
-  ck.pipeline_step = epoch_end ? 0 : b->step + 1;
+  ck.pipeline_epoch = epoch_end ? epoch + 1 : epoch;
+  ck.pipeline_step = epoch_end ? 0 : step + 1;
   CHECK_AGREED(cohort_optimizer_save_checkpoint(t->opt, t->set.checkpoint_dir, &ck), "saving a checkpoint");
   return 0;
 }
@@ -330,9 +369,23 @@ static int show_progress(const trainer_t* t, const plan_t* plan, const progress_
   return 0;
 }
 
+/* A dedicated parameter server's step: it serves from its own thread, so here it only
+ * keeps count, to join the workers' checkpoint saves at the same steps. */
+static int serve_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
+  const int64_t in_epoch = plan->steps_per_epoch > 0 ? p->step % plan->steps_per_epoch : p->step;
+  const int64_t epoch = plan->steps_per_epoch > 0 ? p->step / plan->steps_per_epoch : 0;
+  ++p->step;
+  const int epoch_end = plan->steps_per_epoch > 0 && in_epoch == plan->steps_per_epoch - 1;
+  if (epoch_end) ++p->epochs_done;
+  if (t->set.checkpoint_dir[0] && p->step % t->set.passes == 0 && (epoch_end || p->step == plan->total))
+    return save_checkpoint(t, epoch, in_epoch, epoch_end, p->epochs_done);
+  return 0;
+}
+
 /* One batch: read it, train on it, measure it, report it, and checkpoint at the end of
  * an epoch and of the run. */
 static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
+  if (!t->roles.worker) return serve_one_step(t, plan, p);
   const double t0 = now_s();
   cohort_batch_t b = {.struct_size = sizeof b};
   CHECK(cohort_pipeline_next(t->train, &b), "reading a batch");
@@ -340,7 +393,7 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_train_stats_t st = {.struct_size = sizeof st};
   CHECK(cohort_optimizer_train_step(t->opt, &b, &st), "training step");
   const double secs = now_s() - t0;
-  const double images = (double)(b.valid * t->size);
+  const double images = (double)(b.valid * t->roles.workers);
   ++p->step;
   p->loss = st.loss;
   CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, images), "recording the step");
@@ -353,7 +406,7 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   const int epoch_end = plan->steps_per_epoch > 0 && b.step == plan->steps_per_epoch - 1;
   if (epoch_end) ++p->epochs_done;
   if (t->set.checkpoint_dir[0] && st.updated && (epoch_end || p->step == plan->total))
-    return save_checkpoint(t, &b, epoch_end, p->epochs_done);
+    return save_checkpoint(t, b.epoch, b.step, epoch_end, p->epochs_done);
   return 0;
 }
 
@@ -368,14 +421,34 @@ static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
   return 0;
 }
 
-/* The loss of the last step, averaged over ranks. */
+/* The loss of the last step, averaged over the ranks that compute. */
 static int mean_loss(const trainer_t* t, double* loss) {
-  int64_t one = 1;
-  DLTensor x = {.data = loss, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &one};
+  double sums[2] = {t->roles.worker ? *loss : 0, t->roles.worker ? 1 : 0};
+  int64_t two = 2;
+  DLTensor x = f64_vector(sums, &two);
+  CHECK(cohort_allreduce(t->rt, "trainer/final_loss", &x, NULL, NULL), "averaging the loss");
+  *loss = sums[0] / sums[1];
+  return 0;
+}
+
+/* The staleness of the updates of every parameter server (async_parameter_server). */
+static int staleness(const trainer_t* t, cohort_run_summary_t* rs) {
+  cohort_optimizer_info_t info = {.struct_size = sizeof info};
+  CHECK(cohort_optimizer_info(t->opt, &info), "reading the parameter servers' counts");
+  double sums[2] = {info.staleness_sum, (double)info.updates}, most = (double)info.staleness_max;
+  int64_t two = 2, one = 1;
+  DLTensor x = f64_vector(sums, &two), m = f64_vector(&most, &one);
   cohort_allreduce_options_t ao;
   cohort_allreduce_options_default(&ao);
-  ao.op = COHORT_REDUCE_AVERAGE;
-  CHECK(cohort_allreduce(t->rt, "trainer/final_loss", &x, NULL, &ao), "averaging the loss");
+  ao.op = COHORT_REDUCE_MAX;
+  CHECK(cohort_allreduce(t->rt, "trainer/staleness_sum", &x, NULL, NULL), "summing the staleness");
+  CHECK(cohort_allreduce(t->rt, "trainer/staleness_max", &m, NULL, &ao), "finding the largest staleness");
+  rs->variable_update = t->roles.variable_update;
+  rs->workers = t->roles.workers;
+  rs->servers = t->roles.servers;
+  rs->has_staleness = strcmp(t->roles.variable_update, "async_parameter_server") == 0;
+  rs->staleness_mean = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  rs->staleness_max = (int64_t)most;
   return 0;
 }
 
@@ -384,10 +457,10 @@ static int mean_loss(const trainer_t* t, double* loss) {
  * max_skipped_fraction; this is the count the run reports. */
 static int count_skipped(const trainer_t* t, int64_t* skipped, int64_t* read) {
   cohort_pipeline_stats_t ps = {.struct_size = sizeof ps};
-  CHECK(cohort_pipeline_stats(t->train, &ps), "reading the pipeline's statistics");
+  if (t->train) CHECK(cohort_pipeline_stats(t->train, &ps), "reading the pipeline's statistics");
   double n[2] = {(double)ps.skipped, (double)(ps.images + ps.skipped)};
   int64_t two = 2;
-  DLTensor x = {.data = n, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &two};
+  DLTensor x = f64_vector(n, &two);
   CHECK(cohort_allreduce(t->rt, "trainer/skipped", &x, NULL, NULL), "counting skipped samples");
   *skipped = (int64_t)n[0];
   *read = (int64_t)n[1];
@@ -396,10 +469,9 @@ static int count_skipped(const trainer_t* t, int64_t* skipped, int64_t* read) {
 
 static void print_json_summary(const trainer_t* t, const plan_t* plan, const progress_t* p,
                                const cohort_rate_summary_t* rates, double loss, const cohort_eval_result_t* ev,
-                               int64_t skipped) {
+                               int64_t skipped, cohort_run_summary_t rs) {
   char device[32] = "cpu";
   cohort_runtime_device(t->rt, device, sizeof device, NULL);
-  cohort_run_summary_t rs = {.struct_size = sizeof rs};
   rs.model = t->set.model;
   rs.ranks = t->size;
   rs.local_ranks = t->local_size;
@@ -407,7 +479,7 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
   rs.precision = t->set.precision;
   rs.data = t->set.data_dir[0] ? t->set.data_dir : "synthetic";
   rs.batch_per_rank = t->set.batch_size;
-  rs.global_batch = t->set.batch_size * t->size;
+  rs.global_batch = t->set.batch_size * t->roles.workers;
   rs.steps = p->step;
   rs.warmup_steps = plan->warmup;
   rs.images_per_sec = *rates;
@@ -433,7 +505,8 @@ static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
   CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
   double loss = p->loss;
   int64_t skipped = 0, read = 0;
-  if (mean_loss(t, &loss) || count_skipped(t, &skipped, &read)) return 1;
+  cohort_run_summary_t rs = {.struct_size = sizeof rs};
+  if (mean_loss(t, &loss) || count_skipped(t, &skipped, &read) || staleness(t, &rs)) return 1;
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
   if (t->set.eval) CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
   if (t->rank != 0) return 0;
@@ -442,10 +515,12 @@ static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
   printf("total images/sec: %.2f\n", rates.mean);
   printf("----------------------------------------------------------------\n");
   printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);
+  if (rs.has_staleness)
+    printf("staleness: %.2f updates behind on average, %lld at most\n", rs.staleness_mean, (long long)rs.staleness_max);
   if (t->set.eval)
     printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,
            (long long)ev.samples, ev.loss);
-  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev, skipped);
+  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev, skipped, rs);
   fflush(stdout);
   return 0;
 }
@@ -457,7 +532,7 @@ static int run(trainer_t* t, int argc, char** argv) {
   if (t->set.summary_only) return print_model_summary(t);
   CHECK(cohort_optimizer_create(t->model, t->cfg, &t->opt), "setting up the optimizer");
   plan_t plan = {0};
-  if (open_pipelines(t) || plan_run(t, &plan)) return 1;
+  if (read_roles(t) || open_pipelines(t) || plan_run(t, &plan)) return 1;
   print_header(t, &plan, argc, argv);
   progress_t progress = {0};
   const int rc = restore_or_start(t, &progress);

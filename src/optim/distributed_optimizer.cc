@@ -83,6 +83,8 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& optimizer, Collectives& co
   require(options_.gradient_predivide_factor > 0, "gradient_predivide_factor must be > 0, got ",
           options_.gradient_predivide_factor);
   require(comm_.size() >= 1, "distributed optimizer: collectives report ", comm_.size(), " ranks");
+  require(options_.exchange || !options_.compress_f16,
+          "compression=f16 compresses exchanged gradients, and this optimizer exchanges none");
   optimizer_.init_state(params_);  // validates names, dtypes, shapes
   const size_t n = params_.size();
   done_.assign(n, 0);
@@ -112,10 +114,16 @@ void DistributedOptimizer::gradient_ready(size_t index) {
 }
 
 void DistributedOptimizer::exchange(size_t index) {
+  const ParamGrad& r = reduced_[index];
+  if (!options_.exchange) {
+    if (options_.average_passes && options_.backward_passes_per_step > 1)
+      host_loop(r.grad.numel(), kernels::Scale{1.0f / static_cast<float>(options_.backward_passes_per_step)},
+                r.grad.data_as<float>());
+    return;
+  }
   const double f = options_.gradient_predivide_factor;
   double post = f / comm_.size();
   if (options_.average_passes) post /= options_.backward_passes_per_step;
-  const ParamGrad& r = reduced_[index];
   if (options_.compress_f16) {
     Tensor& wire = wire_[index];
     host_loop(r.grad.numel(), kernels::CompressF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(),

@@ -61,6 +61,9 @@ struct DistributedOptions {
   // of B equal one pass over N·B when each pass's loss is a batch mean. (Horovod's
   // PyTorch wrapper leaves the sum; its TensorFlow one has average_aggregated_gradients.)
   bool average_passes = true;
+  // False: gradients are never exchanged (every rank trains its own model); broadcasts
+  // and the consistency check still go through the collectives.
+  bool exchange = true;
 
   // From backward_passes_per_step, compression and gradient_predivide_factor.
   static DistributedOptions from_config(const Config& config);

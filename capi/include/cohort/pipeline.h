@@ -133,7 +133,9 @@ COHORT_API cohort_status_t cohort_pipeline_create(const cohort_runtime_t* runtim
  * @param model The model (borrowed for the call); gives the runtime too, which the
  *   pipeline keeps alive.
  * @param config Options (NULL = the runtime's); copied. Setting one of the three options
- *   above to another value than the model's is an error.
+ *   above to another value than the model's is an error. The data is sharded over the
+ *   ranks that compute: with `ps_dedicated` (cohort_optimizer_create()) the parameter
+ *   servers are left out, and creating a pipeline on one of them is an error.
  * @param[out] out Receives the pipeline, owned by the caller (cohort_pipeline_destroy()).
  * @return As cohort_pipeline_create(), and ::COHORT_ERR_INVALID_ARGUMENT (naming the
  *   dataset, the model and both values) for an option that disagrees with the model, a
