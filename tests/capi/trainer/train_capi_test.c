@@ -98,6 +98,77 @@ static void optimizer_errors(void** state) {
   cohort_config_destroy(cfg);
 }
 
+/* variable_update on one rank: each mode's roles, a parameter server that is also the
+ * worker (messages to itself) learning as replicated does, and the modes' errors. */
+static void variable_update_modes(void** state) {
+  (void)state;
+  const char* modes[] = {"replicated", "parameter_server", "async_parameter_server", "independent"};
+  float after[4] = {0};
+  for (int k = 0; k < 4; ++k) {
+    cohort_config_t* cfg = config();
+    assert_int_equal(cohort_config_set(cfg, "variable_update", modes[k]), COHORT_OK);
+    cohort_model_t* m = model(cfg);
+    cohort_optimizer_t* opt = NULL;
+    assert_int_equal(cohort_optimizer_create(m, cfg, &opt), COHORT_OK);
+    cohort_optimizer_info_t info = {.struct_size = sizeof info};
+    assert_int_equal(cohort_optimizer_info(opt, &info), COHORT_OK);
+    assert_string_equal(info.variable_update, modes[k]);
+    const int ps = k == 1 || k == 2;
+    assert_true(info.worker == 1 && info.server == ps && info.workers == 1 && info.servers == ps &&
+                info.worker_index == 0 && info.updates == 0);
+    batch_t bt;
+    make_batch(&bt, 8, 8);
+    for (int step = 0; step < 3; ++step) assert_int_equal(cohort_optimizer_train_step(opt, &bt.b, NULL), COHORT_OK);
+    assert_int_equal(cohort_optimizer_info(opt, &info), COHORT_OK);
+    assert_true(info.updates == (ps ? 3 : 0) && info.staleness_max == 0 && info.staleness_sum == 0);
+    DLTensor w;
+    assert_int_equal(cohort_model_param(m, 0, NULL, &w, NULL), COHORT_OK);
+    after[k] = ((const float*)w.data)[0];
+    assert_int_equal(cohort_optimizer_check_consistency(opt), COHORT_OK);
+    /* Only a dedicated server may step without a batch. */
+    assert_error(cohort_optimizer_train_step(opt, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,
+                 "cohort_optimizer_train_step", "batch");
+    cohort_optimizer_destroy(opt);
+    cohort_model_destroy(m);
+    cohort_config_destroy(cfg);
+  }
+  /* One rank: every mode takes the same steps. */
+  for (int k = 1; k < 4; ++k) assert_true(after[k] == after[0]);
+
+  cohort_config_t* cfg = config();
+  cohort_model_t* m = model(cfg);
+  cohort_optimizer_t* opt = NULL;
+  assert_int_equal(cohort_config_set(cfg, "variable_update", "parameter_server"), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "ps_dedicated", "true"), COHORT_OK);
+  assert_error(cohort_optimizer_create(m, cfg, &opt), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_create",
+               "leaves no rank to compute");
+  assert_int_equal(cohort_config_set(cfg, "ps_dedicated", "false"), COHORT_OK);
+  assert_int_equal(cohort_config_set_int(cfg, "ps_ranks", 2), COHORT_OK);
+  assert_error(cohort_optimizer_create(m, cfg, &opt), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_create",
+               "ps_ranks=2 is more than");
+  assert_int_equal(cohort_config_set_int(cfg, "ps_ranks", 1), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "compression", "f16"), COHORT_OK);
+  assert_error(cohort_optimizer_create(m, cfg, &opt), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_create",
+               "compression=f16");
+  assert_error(cohort_config_set(cfg, "variable_update", "distributed_all_reduce"), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_config_set", "replicated|parameter_server|async_parameter_server|independent");
+  cohort_optimizer_info_t info = {.struct_size = sizeof info};
+  assert_error(cohort_optimizer_info(NULL, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_info", "optimizer");
+  assert_int_equal(cohort_config_set(cfg, "compression", "none"), COHORT_OK);
+  assert_int_equal(cohort_optimizer_create(m, cfg, &opt), COHORT_OK);
+  assert_error(cohort_optimizer_info(opt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_info", "info");
+  info.struct_size = 4;
+  assert_error(cohort_optimizer_info(opt, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_info", "struct_size");
+  /* One field smaller (an older header): accepted, and staleness_max, beyond it, untouched. */
+  info.struct_size = offsetof(cohort_optimizer_info_t, staleness_max);
+  info.staleness_max = -7;
+  assert_int_equal(cohort_optimizer_info(opt, &info), COHORT_OK);
+  assert_true(info.server == 1 && info.staleness_max == -7);
+  cohort_optimizer_destroy(opt);
+  cohort_model_destroy(m);
+  cohort_config_destroy(cfg);
+}
+
 static void train_step_learns_and_checks(void** state) {
   (void)state;
   cohort_config_t* cfg = config();
@@ -355,6 +426,19 @@ static void metrics_and_summary(void** state) {
   assert_int_equal(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_OK);
   assert_null(strstr(buf, "note"));
   assert_non_null(strstr(buf, "\"wall_s\": 0}"));
+  /* The variable_update mode, and the staleness of an asynchronous parameter server. */
+  s.struct_size = sizeof s;
+  s.extra_json = NULL;
+  s.variable_update = "async_parameter_server";
+  s.workers = 3;
+  s.servers = 1;
+  s.has_staleness = 1;
+  s.staleness_mean = 1.5;
+  s.staleness_max = 4;
+  assert_int_equal(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_OK);
+  assert_non_null(strstr(buf,
+                         "\"wall_s\": 0, \"variable_update\": \"async_parameter_server\", \"workers\": 3, "
+                         "\"servers\": 1, \"staleness\": {\"mean\": 1.5, \"max\": 4}}"));
 }
 
 static void io_shape(void** state) {
@@ -504,6 +588,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(optimizer_errors),
+      cmocka_unit_test(variable_update_modes),
       cmocka_unit_test(train_step_learns_and_checks),
       cmocka_unit_test(deprecated_model_train_step),
       cmocka_unit_test(optimizer_keeps_its_model_alive),

@@ -1,7 +1,7 @@
 """cohort-train run for real: flags and error messages, the labs' header, the JSON run
 summary, plain progress output, checkpoint resume, and a cohortrun sweep over it.
 
-Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion, Skipped); the binaries come
+Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion, Skipped, Modes); the binaries come
 from the environment (COHORT_TRAIN, COHORTRUN). Tiny models and few steps keep each
 group to a few seconds."""
 import json
@@ -207,8 +207,52 @@ def group_skipped():
             check(rc != 0 and "not a JPEG" in out + err, "an all-corrupt folder fails on 2 ranks", out + err)
 
 
+def group_modes():
+    # Every variable_update mode through cohortrun: the header and the run summary name it,
+    # dedicated servers leave the data to the workers, the asynchronous mode reports its
+    # staleness, and a dedicated-server run resumed from a checkpoint ends where an
+    # uninterrupted one does.
+    if not COHORTRUN:
+        print("SKIP: no cohortrun")
+        sys.exit(77)
+    base = TINY + ["--synthetic_samples=48", "--json"]
+    cases = [("replicated", 2, False), ("parameter_server", 2, False), ("async_parameter_server", 2, False),
+             ("independent", 2, False), ("parameter_server", 3, True), ("async_parameter_server", 3, True)]
+    for mode, np, dedicated in cases:
+        extra = [f"--variable_update={mode}"] + (["--ps_dedicated"] if dedicated else [])
+        rc, out, err = run(["-np", str(np), "--", TRAIN] + base + extra + ["--num_iter=6"], cmd=[COHORTRUN])
+        what = f"{mode} on {np} ranks{' (dedicated server)' if dedicated else ''}"
+        check(rc == 0, f"{what} trains", out + err)
+        if rc != 0:
+            continue
+        workers = np - 1 if dedicated else np
+        servers = 1 if "parameter_server" in mode else 0
+        s = summary_of(out)
+        check(s.get("variable_update") == mode and s.get("workers") == workers and s.get("servers") == servers,
+              f"{what}: the summary names the mode, workers and servers", out)
+        check(s["global_batch"] == 8 * workers and f"             {8 * workers} total" in out,
+              f"{what}: the global batch counts the workers", out)
+        check(any(l.startswith(f"Variables:   {mode}") for l in out.split("\n")), f"{what}: header line", out)
+        async_ = mode == "async_parameter_server"
+        check(("staleness" in s) == async_ and ("staleness: " in out) == async_,
+              f"{what}: staleness reported exactly for the asynchronous mode", out)
+        if async_:
+            check(0 <= s["staleness"]["mean"] <= s["staleness"]["max"] <= (workers - 1) * 9,
+                  f"{what}: staleness within (workers - 1)(2 ps_max_lead + 1)", out)
+    with tempfile.TemporaryDirectory() as d:
+        ps = ["-np", "3", "--", TRAIN] + base + ["--variable_update=parameter_server", "--ps_dedicated", "--lr=0.01",
+                                                 "--lr_schedule=constant", "--synthetic_samples=32"]
+        rc, out, err = run(ps + ["--num_iter=8"], cmd=[COHORTRUN])
+        full = summary_of(out)
+        rc, out, err = run(ps + ["--num_iter=4", f"--checkpoint_dir={d}/ck"], cmd=[COHORTRUN])
+        check(rc == 0 and os.path.exists(f"{d}/ck/latest"), "a dedicated-server run saves checkpoints", out + err)
+        rc, out, err = run(ps + ["--num_iter=8", f"--checkpoint_dir={d}/ck", "--resume"], cmd=[COHORTRUN])
+        check(rc == 0 and "Resumed from step 4" in out, "a dedicated-server run resumes", out + err)
+        check(summary_of(out)["loss"] == full["loss"], "resumed parameter-server loss == uninterrupted", out)
+
+
 groups = {"Flags": group_flags, "Run": group_run, "Resume": group_resume, "SaveFailure": group_save_failure,
-          "Sweep": group_sweep, "Fashion": group_fashion, "Skipped": group_skipped}
+          "Sweep": group_sweep, "Fashion": group_fashion, "Skipped": group_skipped, "Modes": group_modes}
 groups[sys.argv[1]]()
 print("FAILED:" if failures else "OK", *failures, sep="\n  ")
 sys.exit(1 if failures else 0)
