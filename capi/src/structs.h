@@ -131,6 +131,11 @@ COHORT_STRUCT_FIELDS(cohort_run_summary_t, COHORT_FIELD(cohort_run_summary_t, mo
                      COHORT_FIELD(cohort_run_summary_t, servers), COHORT_FIELD(cohort_run_summary_t, has_staleness),
                      COHORT_FIELD(cohort_run_summary_t, staleness_mean),
                      COHORT_FIELD(cohort_run_summary_t, staleness_max));
+COHORT_STRUCT_FIELDS(cohort_step_record_t, COHORT_FIELD(cohort_step_record_t, step),
+                     COHORT_FIELD(cohort_step_record_t, epoch), COHORT_FIELD(cohort_step_record_t, loss),
+                     COHORT_FIELD(cohort_step_record_t, lr), COHORT_FIELD(cohort_step_record_t, step_s),
+                     COHORT_FIELD(cohort_step_record_t, data_wait_s),
+                     COHORT_FIELD(cohort_step_record_t, comm_exposed_s), COHORT_FIELD(cohort_step_record_t, images));
 COHORT_STRUCT_FIELDS(cohort_optimizer_info_t, COHORT_FIELD(cohort_optimizer_info_t, variable_update),
                      COHORT_FIELD(cohort_optimizer_info_t, worker), COHORT_FIELD(cohort_optimizer_info_t, server),
                      COHORT_FIELD(cohort_optimizer_info_t, workers), COHORT_FIELD(cohort_optimizer_info_t, servers),

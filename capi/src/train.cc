@@ -9,6 +9,7 @@
 #include "shim.h"
 #include "structs.h"
 #include "train/metrics.h"
+#include "train/run_log.h"
 #include "train/run_summary.h"
 #include "train/trainer.h"
 
@@ -22,6 +23,10 @@ struct cohort_optimizer_t {
 
 struct cohort_metrics_t {
   StepMetrics metrics;
+};
+
+struct cohort_run_log_t {
+  std::unique_ptr<train::RunLog> log;  // null on ranks other than 0
 };
 
 namespace {
@@ -238,6 +243,43 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
       text += std::string(", ") + c.extra_json + "}";
     }
     capi::copy_out(text, buffer, size, needed);
+  });
+}
+
+COHORT_API cohort_status_t cohort_run_log_create(const cohort_runtime_t* runtime, const cohort_config_t* config,
+                                                 cohort_run_log_t** out) {
+  return guard("cohort_run_log_create", [&] {
+    need(out, "out");
+    *out = nullptr;
+    const Config cfg = config ? config->config : runtime ? runtime->runtime->config() : Config();
+    auto log = std::make_unique<cohort_run_log_t>();
+    if (!runtime || runtime->runtime->rank() == 0)
+      log->log = std::make_unique<train::RunLog>(cfg.get_string("tensorboard_dir"), cfg.get_string("log_csv"));
+    *out = log.release();
+  });
+}
+
+COHORT_API void cohort_run_log_destroy(cohort_run_log_t* log) {
+  try {
+    delete log;
+  } catch (...) {
+  }
+}
+
+COHORT_API cohort_status_t cohort_run_log_step(cohort_run_log_t* log, const cohort_step_record_t* record) {
+  return guard("cohort_run_log_step", [&] {
+    need(log, "log");
+    const cohort_step_record_t r = capi::read_in(need(record, "record"), cohort_step_record_t{}, "record");
+    if (log->log) log->log->step({r.step, r.epoch, r.loss, r.lr, r.step_s, r.data_wait_s, r.comm_exposed_s, r.images});
+  });
+}
+
+COHORT_API cohort_status_t cohort_run_log_eval(cohort_run_log_t* log, int64_t step,
+                                               const cohort_eval_result_t* result) {
+  return guard("cohort_run_log_eval", [&] {
+    need(log, "log");
+    const cohort_eval_result_t r = capi::read_in(need(result, "result"), cohort_eval_result_t{}, "result");
+    if (log->log) log->log->evaluation(step, r.top1, r.top5, r.loss);
   });
 }
 

@@ -23,7 +23,7 @@
 /* The options the trainer reads itself (every other one goes to the library). */
 typedef struct {
   char model[128], precision[16], data_dir[4096], data_format[16], progress[16], checkpoint_dir[4096];
-  int64_t batch_size, passes, display_every;
+  int64_t batch_size, passes, display_every, eval_every;
   int eval, resume, json, summary_only;
 } settings_t;
 
@@ -37,9 +37,11 @@ typedef struct {
 
 /* Where training stands. */
 typedef struct {
-  int64_t step;        /* batches done */
-  int64_t epochs_done; /* completed epochs */
-  double loss;         /* loss of the last step on this rank */
+  int64_t step;         /* batches done */
+  int64_t epochs_done;  /* completed epochs */
+  double loss;          /* loss of the last step on this rank */
+  int64_t evaluated_at; /* the step of the last evaluation (--eval_every_epochs), -1 for none */
+  cohort_eval_result_t last_eval;
 } progress_t;
 
 typedef struct {
@@ -51,6 +53,7 @@ typedef struct {
   cohort_pipeline_t* train;
   cohort_pipeline_t* eval;
   cohort_metrics_t* metrics;
+  cohort_run_log_t* log;         /* --tensorboard_dir, --log_csv (rank 0 writes) */
   cohort_optimizer_info_t roles; /* variable_update: whether this rank computes, the workers */
   int rank, size, local_size;
   int tty; /* draw a live progress line */
@@ -135,6 +138,7 @@ static void read_settings(const cohort_config_t* cfg, settings_t* s) {
   s->batch_size = get_int(cfg, "batch_size");
   s->passes = get_int(cfg, "backward_passes_per_step");
   s->display_every = get_int(cfg, "display_every");
+  s->eval_every = get_int(cfg, "eval_every_epochs");
   s->eval = get_bool(cfg, "eval");
   s->resume = get_bool(cfg, "resume");
   s->json = get_bool(cfg, "json");
@@ -225,6 +229,7 @@ static int start_runtime(trainer_t* t) {
   t->rank = info.rank;
   t->size = info.size;
   t->local_size = info.local_size;
+  CHECK(cohort_run_log_create(t->rt, t->cfg, &t->log), "opening the run's log");
   const char* p = t->set.progress;
   t->tty = t->rank == 0 && (strcmp(p, "tty") == 0 || (strcmp(p, "auto") == 0 && isatty(1)));
   return 0;
@@ -369,17 +374,51 @@ static int show_progress(const trainer_t* t, const plan_t* plan, const progress_
   return 0;
 }
 
+/* Collective: evaluates the model (a dedicated parameter server adds nothing), logs the
+ * result at the current step, and prints it when `label` is given (rank 0). */
+static int evaluate(const trainer_t* t, progress_t* p, const char* label, cohort_eval_result_t* ev) {
+  ev->struct_size = sizeof *ev;
+  if (p->evaluated_at == p->step) { /* the model has not changed since */
+    *ev = p->last_eval;
+    return 0;
+  }
+  CHECK(cohort_model_evaluate(t->model, t->eval, 0, ev), "evaluating");
+  p->evaluated_at = p->step;
+  p->last_eval = *ev;
+  CHECK(cohort_run_log_eval(t->log, p->step, ev), "logging the evaluation");
+  if (label && t->rank == 0) {
+    clear_live(t);
+    printf("%s: Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", label, ev->top1, ev->top5,
+           (long long)ev->samples, ev->loss);
+    fflush(stdout);
+  }
+  return 0;
+}
+
+/* After a step that ends an epoch or the run: --eval_every_epochs, then the checkpoint
+ * (--checkpoint_dir), both after whole updates only. */
+static int end_epoch(trainer_t* t, progress_t* p, int64_t epoch, int64_t step, int epoch_end, int at_end, int updated) {
+  if (epoch_end) ++p->epochs_done;
+  if (!updated) return 0;
+  if (epoch_end && t->set.eval && t->set.eval_every > 0 && p->epochs_done % t->set.eval_every == 0) {
+    char label[64];
+    snprintf(label, sizeof label, "Epoch %lld", (long long)p->epochs_done);
+    cohort_eval_result_t ev;
+    if (evaluate(t, p, label, &ev)) return 1;
+  }
+  if (t->set.checkpoint_dir[0] && (epoch_end || at_end))
+    return save_checkpoint(t, epoch, step, epoch_end, p->epochs_done);
+  return 0;
+}
+
 /* A dedicated parameter server's step: it serves from its own thread, so here it only
- * keeps count, to join the workers' checkpoint saves at the same steps. */
+ * keeps count, to join the workers' evaluations and checkpoint saves at the same steps. */
 static int serve_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   const int64_t in_epoch = plan->steps_per_epoch > 0 ? p->step % plan->steps_per_epoch : p->step;
   const int64_t epoch = plan->steps_per_epoch > 0 ? p->step / plan->steps_per_epoch : 0;
   ++p->step;
   const int epoch_end = plan->steps_per_epoch > 0 && in_epoch == plan->steps_per_epoch - 1;
-  if (epoch_end) ++p->epochs_done;
-  if (t->set.checkpoint_dir[0] && p->step % t->set.passes == 0 && (epoch_end || p->step == plan->total))
-    return save_checkpoint(t, epoch, in_epoch, epoch_end, p->epochs_done);
-  return 0;
+  return end_epoch(t, p, epoch, in_epoch, epoch_end, p->step == plan->total, p->step % t->set.passes == 0);
 }
 
 /* One batch: read it, train on it, measure it, report it, and checkpoint at the end of
@@ -397,6 +436,13 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   ++p->step;
   p->loss = st.loss;
   CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, images), "recording the step");
+  cohort_step_record_t rec = {.struct_size = sizeof rec, .step = p->step, .loss = st.loss, .lr = st.lr};
+  rec.epoch = plan->steps_per_epoch > 0 ? (double)p->step / (double)plan->steps_per_epoch : 0;
+  rec.step_s = secs;
+  rec.data_wait_s = t1 - t0;
+  rec.comm_exposed_s = st.comm_wait_s;
+  rec.images = images;
+  CHECK(cohort_run_log_step(t->log, &rec), "logging the step");
   if (p->step == plan->warmup && t->rank == 0) {
     clear_live(t);
     printf("Done warm up\nStep\tImg/sec\ttotal_loss\n");
@@ -404,10 +450,7 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   }
   if (show_progress(t, plan, p, images / secs)) return 1;
   const int epoch_end = plan->steps_per_epoch > 0 && b.step == plan->steps_per_epoch - 1;
-  if (epoch_end) ++p->epochs_done;
-  if (t->set.checkpoint_dir[0] && st.updated && (epoch_end || p->step == plan->total))
-    return save_checkpoint(t, b.epoch, b.step, epoch_end, p->epochs_done);
-  return 0;
+  return end_epoch(t, p, b.epoch, b.step, epoch_end, p->step == plan->total, st.updated);
 }
 
 static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
@@ -500,7 +543,7 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
 }
 
 /* The final rates, the evaluation (--eval) and the run summary (--json). */
-static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
+static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_rate_summary_t rates = {.struct_size = sizeof rates};
   CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
   double loss = p->loss;
@@ -508,7 +551,7 @@ static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
   cohort_run_summary_t rs = {.struct_size = sizeof rs};
   if (mean_loss(t, &loss) || count_skipped(t, &skipped, &read) || staleness(t, &rs)) return 1;
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
-  if (t->set.eval) CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
+  if (t->set.eval && evaluate(t, p, NULL, &ev)) return 1;
   if (t->rank != 0) return 0;
   printf("----------------------------------------------------------------\n");
   printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
@@ -534,7 +577,7 @@ static int run(trainer_t* t, int argc, char** argv) {
   plan_t plan = {0};
   if (read_roles(t) || open_pipelines(t) || plan_run(t, &plan)) return 1;
   print_header(t, &plan, argc, argv);
-  progress_t progress = {0};
+  progress_t progress = {.evaluated_at = -1};
   const int rc = restore_or_start(t, &progress);
   if (rc) return rc;
   if (train(t, &plan, &progress)) return 1;
@@ -571,6 +614,7 @@ static void usage(void) {
 /* Destroys in the reverse order of creation; the runtime, the one collective destroy,
  * last, so every rank reaches it. */
 static void destroy(trainer_t* t) {
+  cohort_run_log_destroy(t->log);
   cohort_metrics_destroy(t->metrics);
   cohort_pipeline_destroy(t->eval);
   cohort_pipeline_destroy(t->train);

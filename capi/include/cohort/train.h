@@ -331,6 +331,61 @@ typedef struct cohort_run_summary_t {
 COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* summary, char* buffer, size_t size,
                                                    size_t* needed);
 
+/** @brief A run's log in files that tools read: TensorBoard event files and a per-step CSV. */
+typedef struct cohort_run_log_t cohort_run_log_t;
+
+/** @brief One training step, as a run log records it (cohort_run_log_step()). */
+typedef struct cohort_step_record_t {
+  size_t struct_size;    /**< Set by the caller to sizeof(cohort_step_record_t). */
+  int64_t step;          /**< Steps done, this one included. */
+  double epoch;          /**< Epochs done (fractional). */
+  double loss;           /**< Loss of the step. */
+  double lr;             /**< Learning rate of the step. */
+  double step_s;         /**< Wall time of the step. */
+  double data_wait_s;    /**< Part of it waiting for the input pipeline. */
+  double comm_exposed_s; /**< Part of it waiting for communication that backward did not hide. */
+  double images;         /**< Images of the step on all ranks (for images/sec). */
+} cohort_step_record_t;
+
+/**
+ * @brief Opens the logs that the options `tensorboard_dir` and `log_csv` name.
+ *
+ * `tensorboard_dir` (created when missing) receives an event file
+ * `events.out.tfevents.<seconds>.<host>.<pid>`: TFRecord-framed tensorflow.Event
+ * records with the scalars `loss`, `learning_rate`, `images_per_sec` and
+ * `data_wait_fraction` per step and `eval/top1`, `eval/top5`, `eval/loss` per
+ * evaluation, which TensorBoard reads (also while the run goes on). `log_csv` receives
+ * the header `step,epoch,loss,lr,step_time_s,data_wait_s,comm_exposed_s,images_per_sec`
+ * and one line per step. Only rank 0 writes: on other ranks the log records nothing.
+ * @param runtime Gives the rank (NULL: rank 0).
+ * @param config  Options (NULL: the runtime's, or the defaults without one); read once.
+ * @param out     Receives the log, owned by the caller (cohort_run_log_destroy()).
+ * @return ::COHORT_OK, or ::COHORT_ERR_IO naming the directory or file that cannot be
+ *         created. Not collective.
+ */
+COHORT_API cohort_status_t cohort_run_log_create(const cohort_runtime_t* runtime, const cohort_config_t* config,
+                                                 cohort_run_log_t** out);
+
+/** @brief Closes the log's files. @param log The log; NULL is a no-op. */
+COHORT_API void cohort_run_log_destroy(cohort_run_log_t* log);
+
+/**
+ * @brief Records one step (a TensorBoard event and a CSV line).
+ * @param log    The log.
+ * @param record The step; set its struct_size.
+ * @return ::COHORT_OK, or ::COHORT_ERR_IO naming the file a write failed on.
+ */
+COHORT_API cohort_status_t cohort_run_log_step(cohort_run_log_t* log, const cohort_step_record_t* record);
+
+/**
+ * @brief Records an evaluation at @p step (TensorBoard's eval/top1, eval/top5, eval/loss).
+ * @param log    The log.
+ * @param step   The training step it follows.
+ * @param result What cohort_model_evaluate() gave.
+ * @return ::COHORT_OK, or ::COHORT_ERR_IO naming the file a write failed on.
+ */
+COHORT_API cohort_status_t cohort_run_log_eval(cohort_run_log_t* log, int64_t step, const cohort_eval_result_t* result);
+
 #ifdef __cplusplus
 }
 #endif

@@ -441,6 +441,59 @@ static void metrics_and_summary(void** state) {
                          "\"servers\": 1, \"staleness\": {\"mean\": 1.5, \"max\": 4}}"));
 }
 
+/* The run log: files where the options say, none otherwise, and every error path. */
+static void run_log(void** state) {
+  (void)state;
+  cohort_run_log_t* log = (cohort_run_log_t*)1;
+  assert_error(cohort_run_log_create(NULL, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_create", "out");
+  assert_int_equal(cohort_run_log_create(NULL, NULL, &log), COHORT_OK); /* no file named: records nothing */
+  cohort_step_record_t rec = {.struct_size = sizeof rec, .step = 1, .loss = 2.5, .lr = 0.1, .step_s = 0.5, .images = 8};
+  assert_int_equal(cohort_run_log_step(log, &rec), COHORT_OK);
+  cohort_run_log_destroy(log);
+  cohort_run_log_destroy(NULL);
+
+  char dir[] = "/tmp/cohort_run_log_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char tb[600], csv[600];
+  snprintf(tb, sizeof tb, "%s/tb", dir);
+  snprintf(csv, sizeof csv, "%s/steps.csv", dir);
+  cohort_config_t* cfg = config();
+  assert_int_equal(cohort_config_set(cfg, "tensorboard_dir", tb), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "log_csv", csv), COHORT_OK);
+  assert_int_equal(cohort_run_log_create(g_rt, cfg, &log), COHORT_OK);
+  assert_int_equal(cohort_run_log_step(log, &rec), COHORT_OK);
+  cohort_eval_result_t ev = {.struct_size = sizeof ev, .samples = 10, .top1 = 0.5, .top5 = 0.9, .loss = 1.0};
+  assert_int_equal(cohort_run_log_eval(log, 1, &ev), COHORT_OK);
+  assert_error(cohort_run_log_step(NULL, &rec), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_step", "log");
+  assert_error(cohort_run_log_step(log, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_step", "record");
+  cohort_step_record_t bad = {.struct_size = 3};
+  assert_error(cohort_run_log_step(log, &bad), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_step", "struct_size");
+  assert_error(cohort_run_log_eval(log, 1, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_eval", "result");
+  assert_error(cohort_run_log_eval(NULL, 1, &ev), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_eval", "log");
+  cohort_run_log_destroy(log);
+  FILE* f = fopen(csv, "r");
+  assert_non_null(f);
+  char line[200];
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_string_equal(line, "step,epoch,loss,lr,step_time_s,data_wait_s,comm_exposed_s,images_per_sec\n");
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_string_equal(line, "1,0,2.5,0.1,0.5,0,0,16\n");
+  fclose(f);
+
+  /* A directory that cannot be made, and a CSV in a directory that does not exist. */
+  assert_int_equal(cohort_config_set(cfg, "tensorboard_dir", "/proc/cohort/tb"), COHORT_OK);
+  assert_error(cohort_run_log_create(g_rt, cfg, &log), COHORT_ERR_IO, "cohort_run_log_create", "/proc/cohort/tb");
+  assert_null(log);
+  assert_int_equal(cohort_config_set(cfg, "tensorboard_dir", ""), COHORT_OK);
+  snprintf(csv, sizeof csv, "%s/none/steps.csv", dir);
+  assert_int_equal(cohort_config_set(cfg, "log_csv", csv), COHORT_OK);
+  assert_error(cohort_run_log_create(g_rt, cfg, &log), COHORT_ERR_IO, "cohort_run_log_create", csv);
+  cohort_config_destroy(cfg);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 static void io_shape(void** state) {
   (void)state;
   cohort_config_t* cfg = config();
@@ -594,6 +647,7 @@ int main(void) {
       cmocka_unit_test(optimizer_keeps_its_model_alive),
       cmocka_unit_test(checkpoint_round_trip_and_errors),
       cmocka_unit_test(metrics_and_summary),
+      cmocka_unit_test(run_log),
       cmocka_unit_test(io_shape),
       cmocka_unit_test(pipeline_for_model_and_evaluation),
       cmocka_unit_test(two_optimizers_on_one_runtime),
