@@ -2,6 +2,7 @@
 // training step, checkpoints) and to the run metrics and summary.
 #include "cohort/train.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "handles.h"
@@ -236,6 +237,16 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
       s.workers = c.workers;
       s.servers = c.servers;
       if (c.has_staleness) s.staleness = RunSummary::Staleness{c.staleness_mean, c.staleness_max};
+    }
+    if (c.input) {
+      const cohort_pipeline_stats_t p = capi::read_in(c.input, cohort_pipeline_stats_t{}, "summary->input");
+      const double images = static_cast<double>(std::max<int64_t>(1, p.decoded));
+      s.input = RunSummary::InputStages{p.read_cpu_s / images,
+                                        p.decode_cpu_s / images,
+                                        p.augment_cpu_s / images,
+                                        p.assemble_cpu_s / images,
+                                        p.elapsed_s > 0 ? static_cast<double>(p.bytes_read) / p.elapsed_s : 0,
+                                        p.limiting_stage ? p.limiting_stage : ""};
     }
     std::string text = run_summary_json(s);
     if (c.extra_json && *c.extra_json && !text.empty() && text.back() == '}') {

@@ -495,19 +495,52 @@ static int staleness(const trainer_t* t, cohort_run_summary_t* rs) {
   return 0;
 }
 
-/* Bad samples the training pipeline left out under on_error=skip, and the samples it read,
- * summed over ranks (collective). The pipeline itself fails a run that skips more than
- * max_skipped_fraction; this is the count the run reports. */
-static int count_skipped(const trainer_t* t, int64_t* skipped, int64_t* read) {
-  cohort_pipeline_stats_t ps = {.struct_size = sizeof ps};
+/* The training pipelines' statistics summed over ranks (collective; elapsed time: the
+ * longest): the bad samples left out under on_error=skip (the pipeline itself fails a run
+ * that skips more than max_skipped_fraction), the samples read, and each stage's CPU time
+ * and the bytes read. limiting_stage is rank 0's. */
+static int pipeline_totals(const trainer_t* t, cohort_pipeline_stats_t* total, int64_t* read) {
+  cohort_pipeline_stats_t ps = {.struct_size = sizeof ps, .limiting_stage = ""};
   if (t->train) CHECK(cohort_pipeline_stats(t->train, &ps), "reading the pipeline's statistics");
-  double n[2] = {(double)ps.skipped, (double)(ps.images + ps.skipped)};
-  int64_t two = 2;
-  DLTensor x = f64_vector(n, &two);
-  CHECK(cohort_allreduce(t->rt, "trainer/skipped", &x, NULL, NULL), "counting skipped samples");
-  *skipped = (int64_t)n[0];
+  double n[8] = {(double)ps.skipped,    (double)(ps.images + ps.skipped),
+                 ps.read_cpu_s,         ps.decode_cpu_s,
+                 ps.augment_cpu_s,      ps.assemble_cpu_s,
+                 (double)ps.bytes_read, (double)ps.decoded};
+  double longest = ps.elapsed_s;
+  int64_t eight = 8, one = 1;
+  DLTensor x = f64_vector(n, &eight), e = f64_vector(&longest, &one);
+  cohort_allreduce_options_t ao;
+  cohort_allreduce_options_default(&ao);
+  ao.op = COHORT_REDUCE_MAX;
+  CHECK(cohort_allreduce(t->rt, "trainer/pipeline_totals", &x, NULL, NULL), "summing the pipelines' statistics");
+  CHECK(cohort_allreduce(t->rt, "trainer/pipeline_elapsed", &e, NULL, &ao), "timing the pipelines");
+  *total = ps;
+  total->skipped = (int64_t)n[0];
   *read = (int64_t)n[1];
+  total->read_cpu_s = n[2];
+  total->decode_cpu_s = n[3];
+  total->augment_cpu_s = n[4];
+  total->assemble_cpu_s = n[5];
+  total->bytes_read = (int64_t)n[6];
+  total->decoded = (int64_t)n[7];
+  total->elapsed_s = longest;
   return 0;
+}
+
+/* Where the input pipeline spent its CPU, per image, and how fast it read. */
+static void print_input_report(const trainer_t* t, const cohort_pipeline_stats_t* in) {
+  const double cpu[4] = {in->read_cpu_s, in->decode_cpu_s, in->augment_cpu_s, in->assemble_cpu_s};
+  const char* names[4] = {"read", "decode", "augment", "assemble"};
+  const double total = cpu[0] + cpu[1] + cpu[2] + cpu[3];
+  const double per = 1e3 / (double)(in->decoded > 0 ? in->decoded : 1);
+  printf("input pipeline CPU per image:");
+  for (int i = 0; i < 4; ++i)
+    printf(" %s %.3f ms (%.0f%%)%s", names[i], cpu[i] * per, total > 0 ? 100 * cpu[i] / total : 0, i < 3 ? "," : "");
+  printf("; total %.3f ms; %.1f MB/s read from storage\n", total * per,
+         in->elapsed_s > 0 ? (double)in->bytes_read / in->elapsed_s / 1e6 : 0);
+  char verdict[1024];
+  if (t->train && cohort_pipeline_verdict(t->train, verdict, sizeof verdict, NULL) == COHORT_OK)
+    printf("%s\n", verdict);
 }
 
 static void print_json_summary(const trainer_t* t, const plan_t* plan, const progress_t* p,
@@ -547,9 +580,12 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_rate_summary_t rates = {.struct_size = sizeof rates};
   CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
   double loss = p->loss;
-  int64_t skipped = 0, read = 0;
+  int64_t read = 0;
   cohort_run_summary_t rs = {.struct_size = sizeof rs};
-  if (mean_loss(t, &loss) || count_skipped(t, &skipped, &read) || staleness(t, &rs)) return 1;
+  cohort_pipeline_stats_t input;
+  if (mean_loss(t, &loss) || pipeline_totals(t, &input, &read) || staleness(t, &rs)) return 1;
+  const int64_t skipped = input.skipped;
+  if (t->set.data_dir[0]) rs.input = &input; /* synthetic data has no pipeline work */
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
   if (t->set.eval && evaluate(t, p, NULL, &ev)) return 1;
   if (t->rank != 0) return 0;
@@ -558,6 +594,7 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   printf("total images/sec: %.2f\n", rates.mean);
   printf("----------------------------------------------------------------\n");
   printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);
+  if (rs.input) print_input_report(t, &input);
   if (rs.has_staleness)
     printf("staleness: %.2f updates behind on average, %lld at most\n", rs.staleness_mean, (long long)rs.staleness_max);
   if (t->set.eval)

@@ -42,6 +42,20 @@ std::string run_summary_json(const RunSummary& s) {
       o.add_object("staleness", st);
     }
   }
+  if (s.input) {
+    const RunSummary::InputStages& in = *s.input;
+    JsonObject cpu;
+    cpu.add_number("read", in.read)
+        .add_number("decode", in.decode)
+        .add_number("augment", in.augment)
+        .add_number("assemble", in.assemble)
+        .add_number("total", in.read + in.decode + in.augment + in.assemble);
+    JsonObject input;
+    input.add_object("cpu_s_per_image", cpu)
+        .add_number("read_bytes_per_s", in.read_bytes_per_s)
+        .add_string("limiting_stage", in.limiting_stage);
+    o.add_object("input", input);
+  }
   for (const auto& [key, value] : s.extra) {
     require(!value.empty(), "run summary: extra field '", key, "' has no value");
     require(o.str().find(json_string(key) + ": ") == std::string::npos, "run summary: extra field '", key,

@@ -39,6 +39,14 @@ struct RunSummary {
     int64_t max = 0;
   };
   std::optional<Staleness> staleness;
+  // Where the input pipeline spent its CPU: seconds per image of each stage (they sum to
+  // the total), the read rate from storage and the stage that limits.
+  struct InputStages {
+    double read = 0, decode = 0, augment = 0, assemble = 0;
+    double read_bytes_per_s = 0;
+    std::string limiting_stage;
+  };
+  std::optional<InputStages> input;
   // Further fields, appended after the fixed ones: key → JSON value text.
   std::vector<std::pair<std::string, std::string>> extra;
 };
@@ -52,7 +60,8 @@ inline constexpr const char* kRunSummarySchema = "cohort.run/1";
 //  "time_fraction": {"data_wait", "comm_exposed", "compute"}, "epochs": …, "loss": …,
 //  "top1": … | null, "top5": … | null, "wall_s": …,
 //  ["variable_update": …, "workers": …, "servers": …, ["staleness": {"mean", "max"}]],
-//  extra…}
+//  ["input": {"cpu_s_per_image": {"read", "decode", "augment", "assemble", "total"},
+//             "read_bytes_per_s": …, "limiting_stage": …}], extra…}
 std::string run_summary_json(const RunSummary& s);
 
 }  // namespace cohort

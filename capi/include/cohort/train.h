@@ -317,6 +317,10 @@ typedef struct cohort_run_summary_t {
   int has_staleness;                    /**< 1: "staleness": {"mean", "max"} is written too. */
   double staleness_mean;                /**< Updates behind per applied gradient, over all servers. */
   int64_t staleness_max;                /**< The most updates behind. */
+  const cohort_pipeline_stats_t* input; /**< NULL, or the training pipeline's statistics (summed over
+                                             ranks if you like): written as "input": {"cpu_s_per_image":
+                                             {"read", "decode", "augment", "assemble", "total"},
+                                             "read_bytes_per_s", "limiting_stage"}. Borrowed for the call. */
 } cohort_run_summary_t;
 
 /**

@@ -193,7 +193,21 @@ def group_skipped():
         image_folder(f"{d}/some", 20, 1)
         rc, out, err = run(base + [f"--data_dir={d}/some", "--num_epochs=2", "--max_skipped_fraction=0.1", "--json"])
         check(rc == 0 and "skipped samples: 2 of 42 read" in out, "the skipped count is printed at the end", out + err)
-        check(summary_of(out).get("skipped") == 2, "the run summary carries the skipped count", out)
+        s = summary_of(out)
+        check(s.get("skipped") == 2, "the run summary carries the skipped count", out)
+        # Where the pipeline spent its CPU: every stage present, summing to the total, in
+        # the summary and in the report; and the stage that limits.
+        cpu = s.get("input", {}).get("cpu_s_per_image", {})
+        stages = ("read", "decode", "augment", "assemble")
+        check(all(k in cpu for k in stages + ("total",)) and cpu["decode"] > 0
+              and abs(sum(cpu[k] for k in stages) - cpu["total"]) <= 1e-9 * cpu["total"],
+              "the summary's per-stage CPU per image sums to the total", out)
+        check(s["input"]["limiting_stage"] in stages and s["input"]["read_bytes_per_s"] > 0,
+              "the summary names the limiting stage and the read rate", out)
+        line = next((l for l in out.split("\n") if l.startswith("input pipeline CPU per image:")), "")
+        shares = [int(p.split("(")[1].rstrip("%)")) for p in line.split(";")[0].split(",")]
+        check(len(shares) == 4 and 98 <= sum(shares) <= 102 and "MB/s read from storage" in line,
+              "the report gives each stage's share, summing to 100%", out)
         rc, out, err = run(base + [f"--data_dir={d}/some", "--num_epochs=2"])
         check(rc != 0 and "max_skipped_fraction=0.01" in err and "cohort-data verify" in err,
               "more skipped than max_skipped_fraction fails the run", out + err)
