@@ -151,6 +151,15 @@ static DLTensor f64_vector(double* data, int64_t* n) {
   return x;
 }
 
+/* Collective: n values summed (or their maximum, with `max`) over ranks, in place. */
+static cohort_status_t allreduce_f64(cohort_runtime_t* rt, const char* name, double* values, int64_t n, int max) {
+  DLTensor x = f64_vector(values, &n);
+  cohort_allreduce_options_t ao;
+  cohort_allreduce_options_default(&ao);
+  if (max) ao.op = COHORT_REDUCE_MAX;
+  return cohort_allreduce(rt, name, &x, NULL, &ao);
+}
+
 /* ---------------------------------------------------------------- output (rank 0) */
 
 /* "Cmd line args:" lists the options given on the command line, in their order. */
@@ -467,9 +476,7 @@ static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
 /* The loss of the last step, averaged over the ranks that compute. */
 static int mean_loss(const trainer_t* t, double* loss) {
   double sums[2] = {t->roles.worker ? *loss : 0, t->roles.worker ? 1 : 0};
-  int64_t two = 2;
-  DLTensor x = f64_vector(sums, &two);
-  CHECK(cohort_allreduce(t->rt, "trainer/final_loss", &x, NULL, NULL), "averaging the loss");
+  CHECK(allreduce_f64(t->rt, "trainer/final_loss", sums, 2, 0), "averaging the loss");
   *loss = sums[0] / sums[1];
   return 0;
 }
@@ -479,13 +486,8 @@ static int staleness(const trainer_t* t, cohort_run_summary_t* rs) {
   cohort_optimizer_info_t info = {.struct_size = sizeof info};
   CHECK(cohort_optimizer_info(t->opt, &info), "reading the parameter servers' counts");
   double sums[2] = {info.staleness_sum, (double)info.updates}, most = (double)info.staleness_max;
-  int64_t two = 2, one = 1;
-  DLTensor x = f64_vector(sums, &two), m = f64_vector(&most, &one);
-  cohort_allreduce_options_t ao;
-  cohort_allreduce_options_default(&ao);
-  ao.op = COHORT_REDUCE_MAX;
-  CHECK(cohort_allreduce(t->rt, "trainer/staleness_sum", &x, NULL, NULL), "summing the staleness");
-  CHECK(cohort_allreduce(t->rt, "trainer/staleness_max", &m, NULL, &ao), "finding the largest staleness");
+  CHECK(allreduce_f64(t->rt, "trainer/staleness_sum", sums, 2, 0), "summing the staleness");
+  CHECK(allreduce_f64(t->rt, "trainer/staleness_max", &most, 1, 1), "finding the largest staleness");
   rs->variable_update = t->roles.variable_update;
   rs->workers = t->roles.workers;
   rs->servers = t->roles.servers;
@@ -507,13 +509,8 @@ static int pipeline_totals(const trainer_t* t, cohort_pipeline_stats_t* total, i
                  ps.augment_cpu_s,      ps.assemble_cpu_s,
                  (double)ps.bytes_read, (double)ps.decoded};
   double longest = ps.elapsed_s;
-  int64_t eight = 8, one = 1;
-  DLTensor x = f64_vector(n, &eight), e = f64_vector(&longest, &one);
-  cohort_allreduce_options_t ao;
-  cohort_allreduce_options_default(&ao);
-  ao.op = COHORT_REDUCE_MAX;
-  CHECK(cohort_allreduce(t->rt, "trainer/pipeline_totals", &x, NULL, NULL), "summing the pipelines' statistics");
-  CHECK(cohort_allreduce(t->rt, "trainer/pipeline_elapsed", &e, NULL, &ao), "timing the pipelines");
+  CHECK(allreduce_f64(t->rt, "trainer/pipeline_totals", n, 8, 0), "summing the pipelines' statistics");
+  CHECK(allreduce_f64(t->rt, "trainer/pipeline_elapsed", &longest, 1, 1), "timing the pipelines");
   *total = ps;
   total->skipped = (int64_t)n[0];
   *read = (int64_t)n[1];

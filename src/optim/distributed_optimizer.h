@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/gradient_passes.h"
 #include "optim/loss_scaler.h"
 #include "optim/named_tensor.h"
 #include "optim/optimizer.h"
@@ -103,7 +104,7 @@ class DistributedOptimizer {
   // kMismatch naming the first parameter that differs on some rank.
   void check_consistency();
 
-  int pass() const { return pass_; }  // backward passes taken in the current step
+  int pass() const { return passes_.pass(); }  // backward passes taken in the current step
   const DistributedOptions& options() const { return options_; }
 
  private:
@@ -113,11 +114,9 @@ class DistributedOptimizer {
   Collectives& comm_;
   std::vector<ParamGrad> params_;
   DistributedOptions options_;
-  int pass_ = 0;
   LossScaler* scaler_ = nullptr;
   bool skipped_ = false;
-  std::vector<char> done_;          // reported in the current pass
-  std::vector<Tensor> accum_;       // f32 sums over passes (N > 1)
+  GradientPasses passes_;           // reports and f32 sums over passes (N > 1)
   std::vector<Tensor> wire_;        // f16 buffers (compression)
   std::vector<ParamGrad> reduced_;  // what the optimizer steps with
 };

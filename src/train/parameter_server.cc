@@ -256,13 +256,9 @@ PsServer::Stats PsServer::stats() const {
 
 PsWorker::PsWorker(comm::Engine& engine, PsTags tags, std::vector<ParamGrad> params, std::vector<int> owners,
                    int passes)
-    : engine_(engine), tags_(tags), params_(std::move(params)), owners_(std::move(owners)), passes_(passes) {
-  require(passes_ >= 1, "backward_passes_per_step must be >= 1, got ", passes_);
+    : engine_(engine), tags_(tags), params_(std::move(params)), owners_(std::move(owners)), passes_(params_, passes) {
   std::set<int> servers(owners_.begin(), owners_.end());
   servers_.assign(servers.begin(), servers.end());
-  done_.assign(params_.size(), 0);
-  if (passes_ > 1)
-    for (const ParamGrad& p : params_) accum_.push_back(Tensor::empty(p.param.shape(), DType::kF32));
 }
 
 PsWorker::~PsWorker() {
@@ -276,35 +272,20 @@ PsWorker::~PsWorker() {
 }
 
 void PsWorker::gradient_ready(size_t index) {
-  require(index < params_.size(), "gradient_ready: index ", index, " but the model has ", params_.size(),
-          " parameters");
-  require(!done_[index], "gradient_ready: parameter '", params_[index].name,
-          "' was reported twice in one backward pass");
-  done_[index] = 1;
-  if (passes_ > 1)
-    host_loop(params_[index].grad.numel(), kernels::AccumulateScaled{1.0f}, accum_[index].data_as<float>(),
-              static_cast<const float*>(params_[index].grad.data_as<float>()));
-  if (pass_ == passes_ - 1) push(index);
+  if (passes_.report(index)) push(index);
 }
 
 void PsWorker::push(size_t index) {
   Tensor grad = params_[index].grad;
-  if (passes_ > 1) {
-    grad = accum_[index];
-    host_loop(grad.numel(), kernels::Scale{1.0f / static_cast<float>(passes_)}, grad.data_as<float>());
+  if (passes_.passes() > 1) {  // the mean over the passes
+    grad = passes_.sum(index);
+    host_loop(grad.numel(), kernels::Scale{1.0f / static_cast<float>(passes_.passes())}, grad.data_as<float>());
   }
   sends_.push_back(engine_.send(owners_[index], tags_.grad(index), grad));
 }
 
 bool PsWorker::step(double lr, int64_t clock) {
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (!done_[i]) gradient_ready(i);
-  std::fill(done_.begin(), done_.end(), 0);
-  if (pass_ < passes_ - 1) {
-    ++pass_;
-    return false;
-  }
-  pass_ = 0;
+  if (!passes_.end_pass([&](size_t i) { gradient_ready(i); })) return false;
   clock_ = clock;
   std::vector<std::shared_ptr<comm::Request>> pulls;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -314,7 +295,7 @@ bool PsWorker::step(double lr, int64_t clock) {
   wait(sends_);
   wait(pulls);
   wait_s_ += std::chrono::duration<double>(Clock::now() - start).count();
-  for (Tensor& a : accum_) std::memset(a.data(), 0, a.nbytes());
+  passes_.clear_sums();
   return true;
 }
 

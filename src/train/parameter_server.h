@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "comm/engine.h"
+#include "optim/gradient_passes.h"
 #include "optim/optimizer.h"
 #include "train/exchange.h"
 
@@ -124,7 +125,7 @@ class PsWorker {
   void gradient_ready(size_t index);
   // As Exchange::step. `clock`: the steps this worker will have taken after it.
   bool step(double lr, int64_t clock);
-  int pass() const { return pass_; }
+  int pass() const { return passes_.pass(); }
   double take_wait_seconds();
 
  private:
@@ -136,11 +137,8 @@ class PsWorker {
   std::vector<ParamGrad> params_;
   std::vector<int> owners_;
   std::vector<int> servers_;  // ranks holding at least one variable
-  int passes_;
-  int pass_ = 0;
+  GradientPasses passes_;
   int64_t clock_ = 0;
-  std::vector<char> done_;
-  std::vector<Tensor> accum_;  // passes > 1
   std::vector<std::shared_ptr<comm::Request>> sends_;
   double wait_s_ = 0;
 };
