@@ -312,7 +312,7 @@ COHORT_API cohort_status_t cohort_model_evaluate(cohort_model_t* model, cohort_p
                                                  cohort_eval_result_t* result) {
   return guard("cohort_model_evaluate", [&] {
     train::Model& m = live(model);
-    data::Pipeline& p = capi::pipeline_of(pipeline);
+    data::Pipeline* p = pipeline ? &capi::pipeline_of(pipeline) : nullptr;
     capi::check_struct_size<cohort_eval_result_t>(need(result, "result")->struct_size, "result");
     const EvalResult r = train::evaluate(m, p, max_steps);
     cohort_eval_result_t full{};

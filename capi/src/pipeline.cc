@@ -198,6 +198,14 @@ COHORT_API cohort_status_t cohort_pipeline_stats(const cohort_pipeline_t* pipeli
     full.mean_ready_batches = s.mean_ready_batches;
     full.mean_decode_queue = s.mean_decode_queue;
     full.skipped = s.skipped;
+    full.read_cpu_s = s.read_cpu_s;
+    full.decode_cpu_s = s.decode_cpu_s;
+    full.augment_cpu_s = s.augment_cpu_s;
+    full.assemble_cpu_s = s.assemble_cpu_s;
+    full.bytes_read = s.bytes_read;
+    full.limiting_stage = "";
+    for (const char* stage : {"read", "decode", "augment", "assemble"})
+      if (s.limiting_stage == stage) full.limiting_stage = stage;
     capi::write_out(stats, full, "stats");
   });
 }

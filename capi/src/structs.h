@@ -88,17 +88,18 @@ COHORT_STRUCT_FIELDS(cohort_pipeline_info_t, COHORT_FIELD(cohort_pipeline_info_t
                      COHORT_FIELD(cohort_pipeline_info_t, reader_threads),
                      COHORT_FIELD(cohort_pipeline_info_t, decode_threads),
                      COHORT_FIELD(cohort_pipeline_info_t, prefetch_depth));
-COHORT_STRUCT_FIELDS(cohort_pipeline_stats_t, COHORT_FIELD(cohort_pipeline_stats_t, batches),
-                     COHORT_FIELD(cohort_pipeline_stats_t, images), COHORT_FIELD(cohort_pipeline_stats_t, decoded),
-                     COHORT_FIELD(cohort_pipeline_stats_t, errors), COHORT_FIELD(cohort_pipeline_stats_t, padded),
-                     COHORT_FIELD(cohort_pipeline_stats_t, read_busy_s),
-                     COHORT_FIELD(cohort_pipeline_stats_t, decode_busy_s),
-                     COHORT_FIELD(cohort_pipeline_stats_t, wait_s), COHORT_FIELD(cohort_pipeline_stats_t, elapsed_s),
-                     COHORT_FIELD(cohort_pipeline_stats_t, images_per_sec),
-                     COHORT_FIELD(cohort_pipeline_stats_t, wait_fraction),
-                     COHORT_FIELD(cohort_pipeline_stats_t, mean_ready_batches),
-                     COHORT_FIELD(cohort_pipeline_stats_t, mean_decode_queue),
-                     COHORT_FIELD(cohort_pipeline_stats_t, skipped));
+COHORT_STRUCT_FIELDS(
+    cohort_pipeline_stats_t, COHORT_FIELD(cohort_pipeline_stats_t, batches),
+    COHORT_FIELD(cohort_pipeline_stats_t, images), COHORT_FIELD(cohort_pipeline_stats_t, decoded),
+    COHORT_FIELD(cohort_pipeline_stats_t, errors), COHORT_FIELD(cohort_pipeline_stats_t, padded),
+    COHORT_FIELD(cohort_pipeline_stats_t, read_busy_s), COHORT_FIELD(cohort_pipeline_stats_t, decode_busy_s),
+    COHORT_FIELD(cohort_pipeline_stats_t, wait_s), COHORT_FIELD(cohort_pipeline_stats_t, elapsed_s),
+    COHORT_FIELD(cohort_pipeline_stats_t, images_per_sec), COHORT_FIELD(cohort_pipeline_stats_t, wait_fraction),
+    COHORT_FIELD(cohort_pipeline_stats_t, mean_ready_batches), COHORT_FIELD(cohort_pipeline_stats_t, mean_decode_queue),
+    COHORT_FIELD(cohort_pipeline_stats_t, skipped), COHORT_FIELD(cohort_pipeline_stats_t, read_cpu_s),
+    COHORT_FIELD(cohort_pipeline_stats_t, decode_cpu_s), COHORT_FIELD(cohort_pipeline_stats_t, augment_cpu_s),
+    COHORT_FIELD(cohort_pipeline_stats_t, assemble_cpu_s), COHORT_FIELD(cohort_pipeline_stats_t, bytes_read),
+    COHORT_FIELD(cohort_pipeline_stats_t, limiting_stage));
 COHORT_STRUCT_FIELDS(cohort_train_stats_t, COHORT_FIELD(cohort_train_stats_t, loss),
                      COHORT_FIELD(cohort_train_stats_t, lr), COHORT_FIELD(cohort_train_stats_t, images),
                      COHORT_FIELD(cohort_train_stats_t, valid), COHORT_FIELD(cohort_train_stats_t, step),
@@ -127,7 +128,23 @@ COHORT_STRUCT_FIELDS(cohort_run_summary_t, COHORT_FIELD(cohort_run_summary_t, mo
                      COHORT_FIELD(cohort_run_summary_t, images_per_sec), COHORT_FIELD(cohort_run_summary_t, epochs),
                      COHORT_FIELD(cohort_run_summary_t, loss), COHORT_FIELD(cohort_run_summary_t, has_top1),
                      COHORT_FIELD(cohort_run_summary_t, top1), COHORT_FIELD(cohort_run_summary_t, top5),
-                     COHORT_FIELD(cohort_run_summary_t, wall_s), COHORT_FIELD(cohort_run_summary_t, extra_json));
+                     COHORT_FIELD(cohort_run_summary_t, wall_s), COHORT_FIELD(cohort_run_summary_t, extra_json),
+                     COHORT_FIELD(cohort_run_summary_t, variable_update), COHORT_FIELD(cohort_run_summary_t, workers),
+                     COHORT_FIELD(cohort_run_summary_t, servers), COHORT_FIELD(cohort_run_summary_t, has_staleness),
+                     COHORT_FIELD(cohort_run_summary_t, staleness_mean),
+                     COHORT_FIELD(cohort_run_summary_t, staleness_max), COHORT_FIELD(cohort_run_summary_t, input));
+COHORT_STRUCT_FIELDS(cohort_step_record_t, COHORT_FIELD(cohort_step_record_t, step),
+                     COHORT_FIELD(cohort_step_record_t, epoch), COHORT_FIELD(cohort_step_record_t, loss),
+                     COHORT_FIELD(cohort_step_record_t, lr), COHORT_FIELD(cohort_step_record_t, step_s),
+                     COHORT_FIELD(cohort_step_record_t, data_wait_s),
+                     COHORT_FIELD(cohort_step_record_t, comm_exposed_s), COHORT_FIELD(cohort_step_record_t, images));
+COHORT_STRUCT_FIELDS(cohort_optimizer_info_t, COHORT_FIELD(cohort_optimizer_info_t, variable_update),
+                     COHORT_FIELD(cohort_optimizer_info_t, worker), COHORT_FIELD(cohort_optimizer_info_t, server),
+                     COHORT_FIELD(cohort_optimizer_info_t, workers), COHORT_FIELD(cohort_optimizer_info_t, servers),
+                     COHORT_FIELD(cohort_optimizer_info_t, worker_index),
+                     COHORT_FIELD(cohort_optimizer_info_t, updates),
+                     COHORT_FIELD(cohort_optimizer_info_t, staleness_sum),
+                     COHORT_FIELD(cohort_optimizer_info_t, staleness_max));
 
 // Throws kInvalidArgument naming `what` unless `size` is the size of some version of T.
 template <typename T>

@@ -2,6 +2,7 @@
 // training step, checkpoints) and to the run metrics and summary.
 #include "cohort/train.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "handles.h"
@@ -9,6 +10,7 @@
 #include "shim.h"
 #include "structs.h"
 #include "train/metrics.h"
+#include "train/run_log.h"
 #include "train/run_summary.h"
 #include "train/trainer.h"
 
@@ -24,6 +26,10 @@ struct cohort_metrics_t {
   StepMetrics metrics;
 };
 
+struct cohort_run_log_t {
+  std::unique_ptr<train::RunLog> log;  // null on ranks other than 0
+};
+
 namespace {
 
 train::Trainer& live(const cohort_optimizer_t* o) {
@@ -37,10 +43,15 @@ void train_step(const cohort_model_t* model, cohort_optimizer_t* optimizer, cons
                 cohort_train_stats_t* stats) {
   train::Trainer& t = live(optimizer);
   if (model) require(model->model.get() == &t.model(), "the optimizer was created for another model");
-  const cohort_batch_t b = capi::read_in(batch, cohort_batch_t{}, "batch");
   if (stats) capi::check_struct_size<cohort_train_stats_t>(stats->struct_size, "stats");
-  const train::StepStats st =
-      t.train_step(capi::tensor_of(&b.images, "batch->images"), capi::tensor_of(&b.labels, "batch->labels"), b.valid);
+  train::StepStats st;
+  if (!batch && !t.exchange_info().worker) {
+    st = t.train_step(Tensor{}, Tensor{}, 0);  // a dedicated parameter server: nothing to do
+  } else {
+    const cohort_batch_t b = capi::read_in(batch, cohort_batch_t{}, "batch");
+    st =
+        t.train_step(capi::tensor_of(&b.images, "batch->images"), capi::tensor_of(&b.labels, "batch->labels"), b.valid);
+  }
   if (!stats) return;
   cohort_train_stats_t full{};
   full.loss = st.loss;
@@ -92,6 +103,24 @@ COHORT_API cohort_status_t cohort_optimizer_state(const cohort_optimizer_t* opti
     train::Trainer& t = live(optimizer);
     if (lr) *lr = t.next_lr();
     if (steps) *steps = t.steps();
+  });
+}
+
+COHORT_API cohort_status_t cohort_optimizer_info(const cohort_optimizer_t* optimizer, cohort_optimizer_info_t* info) {
+  return guard("cohort_optimizer_info", [&] {
+    capi::check_struct_size<cohort_optimizer_info_t>(need(info, "info")->struct_size, "info");
+    const train::ExchangeInfo e = live(optimizer).exchange_info();
+    cohort_optimizer_info_t full{};
+    full.variable_update = train::variable_update_name(e.mode);
+    full.worker = e.worker ? 1 : 0;
+    full.server = e.server ? 1 : 0;
+    full.workers = e.workers;
+    full.servers = e.servers;
+    full.worker_index = e.worker_index;
+    full.updates = e.updates;
+    full.staleness_sum = e.staleness_sum;
+    full.staleness_max = e.staleness_max;
+    capi::write_out(info, full, "info");
   });
 }
 
@@ -204,12 +233,65 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
       s.top5 = c.top5;
     }
     s.wall_s = c.wall_s;
+    if (c.variable_update && *c.variable_update) {
+      s.variable_update = c.variable_update;
+      s.workers = c.workers;
+      s.servers = c.servers;
+      if (c.has_staleness) s.staleness = RunSummary::Staleness{c.staleness_mean, c.staleness_max};
+    }
+    if (c.input) {
+      const cohort_pipeline_stats_t p = capi::read_in(c.input, cohort_pipeline_stats_t{}, "summary->input");
+      const double images = static_cast<double>(std::max<int64_t>(1, p.decoded));
+      s.input = RunSummary::InputStages{p.read_cpu_s / images,
+                                        p.decode_cpu_s / images,
+                                        p.augment_cpu_s / images,
+                                        p.assemble_cpu_s / images,
+                                        p.elapsed_s > 0 ? static_cast<double>(p.bytes_read) / p.elapsed_s : 0,
+                                        p.limiting_stage ? p.limiting_stage : ""};
+    }
     std::string text = run_summary_json(s);
     if (c.extra_json && *c.extra_json && !text.empty() && text.back() == '}') {
       text.pop_back();
       text += std::string(", ") + c.extra_json + "}";
     }
     capi::copy_out(text, buffer, size, needed);
+  });
+}
+
+COHORT_API cohort_status_t cohort_run_log_create(const cohort_runtime_t* runtime, const cohort_config_t* config,
+                                                 cohort_run_log_t** out) {
+  return guard("cohort_run_log_create", [&] {
+    need(out, "out");
+    *out = nullptr;
+    const Config cfg = config ? config->config : runtime ? runtime->runtime->config() : Config();
+    auto log = std::make_unique<cohort_run_log_t>();
+    if (!runtime || runtime->runtime->rank() == 0)
+      log->log = std::make_unique<train::RunLog>(cfg.get_string("tensorboard_dir"), cfg.get_string("log_csv"));
+    *out = log.release();
+  });
+}
+
+COHORT_API void cohort_run_log_destroy(cohort_run_log_t* log) {
+  try {
+    delete log;
+  } catch (...) {
+  }
+}
+
+COHORT_API cohort_status_t cohort_run_log_step(cohort_run_log_t* log, const cohort_step_record_t* record) {
+  return guard("cohort_run_log_step", [&] {
+    need(log, "log");
+    const cohort_step_record_t r = capi::read_in(need(record, "record"), cohort_step_record_t{}, "record");
+    if (log->log) log->log->step({r.step, r.epoch, r.loss, r.lr, r.step_s, r.data_wait_s, r.comm_exposed_s, r.images});
+  });
+}
+
+COHORT_API cohort_status_t cohort_run_log_eval(cohort_run_log_t* log, int64_t step,
+                                               const cohort_eval_result_t* result) {
+  return guard("cohort_run_log_eval", [&] {
+    need(log, "log");
+    const cohort_eval_result_t r = capi::read_in(need(result, "result"), cohort_eval_result_t{}, "result");
+    if (log->log) log->log->evaluation(step, r.top1, r.top5, r.loss);
   });
 }
 

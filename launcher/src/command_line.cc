@@ -25,6 +25,7 @@ constexpr LauncherOption kLauncherOptions[] = {
     {"mpirun", true},       {"check_build", false}, {"help", false},
     {"version", false},     {"sweep_out", true},    {"no_rank_monitor", false},
     {"max_restarts", true}, {"min_np", true},       {"exclude_failed_hosts", false},
+    {"over", true},
 };
 
 std::string normalize(std::string_view flag) {
@@ -220,6 +221,7 @@ class Parser {
       request_.min_np = parse_rank_count(value, flag);
     } else if (key == "exclude_failed_hosts") {
       request_.exclude_failed_hosts = true;
+      over(value);
     } else if (key == "check_build" || key == "help" || key == "version") {
       const Mode mode = key == "check_build" ? Mode::kCheckBuild : key == "help" ? Mode::kHelp : Mode::kVersion;
       if (special_ && *special_ != flag) throw UsageError(*special_ + " and " + flag + " cannot be combined");
@@ -248,6 +250,57 @@ class Parser {
     const std::string origin = flag + "=" + value;
     add_export("COHORT_" + upper(info->name), canonical_setting(info->name, value, origin), origin);
     return i;
+  }
+
+  // --over KEY=V1,V2,…: a registry key, each value valid for it, each key once.
+  void over(const std::string& text) {
+    const std::string origin = "--over " + text;
+    const size_t eq = text.find('=');
+    const std::string key = normalize(text.substr(0, eq));
+    if (eq == std::string::npos || eq + 1 == text.size())
+      throw UsageError(origin + ": expected KEY=VALUE1,VALUE2,… (a library setting and the values to sweep)");
+    const std::optional<cohort_option_info_t> info = describe(key);
+    if (!info) throw UsageError(origin + ": unknown setting '" + key + "'" + suggest(key) + "; see cohortrun --help");
+    SweepOption o{info->name, {}};
+    for (const std::string& v : split_list(text.substr(eq + 1))) {
+      if (v.empty()) throw UsageError(origin + ": an empty value in the list");
+      o.values.push_back(canonical_setting(o.key, v, origin));
+    }
+    for (const SweepOption& other : request_.sweep_over)
+      if (other.key == o.key)
+        throw UsageError(origin + ": " + o.key + " is swept twice; give its values in one --over");
+    request_.sweep_over.push_back(std::move(o));
+  }
+
+  static std::vector<std::string> split_list(const std::string& text) {
+    std::vector<std::string> out;
+    size_t start = 0;
+    while (true) {
+      const size_t comma = text.find(',', start);
+      out.push_back(text.substr(start, comma - start));
+      if (comma == std::string::npos) return out;
+      start = comma + 1;
+    }
+  }
+
+  // A swept setting must reach the ranks from the sweep alone: the same key given as a
+  // setting or as a program argument (which wins over the environment) is an error.
+  void check_swept_keys() const {
+    for (const SweepOption& o : request_.sweep_over) {
+      const std::string env = "COHORT_" + upper(o.key);
+      for (const Export& e : request_.exports)
+        if (e.name == env)
+          throw UsageError("--over " + o.key + " sweeps a setting also given by " + e.origin + "; give it one way");
+      for (size_t i = 1; i < request_.program.size(); ++i) {
+        const std::string& arg = request_.program[i];
+        if (arg.rfind("--", 0) != 0) continue;
+        std::string flag = normalize(arg.substr(2, arg.find('=') - 2));
+        if (flag.rfind("no_", 0) == 0) flag = flag.substr(3);
+        if (flag == o.key)
+          throw UsageError("the program's argument " + arg + " would override the swept " + o.key +
+                           " (--over); remove it from the program's arguments");
+      }
+    }
   }
 
   void add_env(const std::string& name, const std::string& value, const std::string& origin) {
@@ -286,6 +339,8 @@ class Parser {
       throw UsageError("-H and --hostfile cannot be combined: give the hosts one way");
     if (!request_.sweep_prefix.empty() && request_.mode != Mode::kSweep)
       throw UsageError("--sweep-out is only for cohortrun sweep");
+    if (!request_.sweep_over.empty() && request_.mode != Mode::kSweep)
+      throw UsageError("--over is only for cohortrun sweep");
     if (!np_text_)
       throw UsageError(request_.mode == Mode::kSweep ? "missing -np N1,N2,… (the sizes to sweep)"
                                                      : "missing -np N (the number of ranks)");
@@ -302,6 +357,7 @@ class Parser {
       request_.np = parse_rank_count(*np_text_, "-np");
     }
     if (request_.program.empty()) throw UsageError("no program to run: cohortrun -np N [options] -- PROGRAM ARGS");
+    check_swept_keys();
     check_restart_options();
   }
 
@@ -332,7 +388,7 @@ Request parse_command_line(const std::vector<std::string>& args) { return Parser
 
 std::string usage_text() {
   return R"(usage: cohortrun -np N [-H host:slots,…|--hostfile FILE] [options] [--] PROGRAM [ARGS…]
-       cohortrun sweep -np N1,N2,… [options] [--] PROGRAM [ARGS…]
+       cohortrun sweep -np N1,N2,… [--over KEY=V1,V2,…]… [options] [--] PROGRAM [ARGS…]
        cohortrun --check-build
 
 Starts PROGRAM on N ranks through Open MPI's mpirun with the recommended flags
@@ -362,6 +418,8 @@ Launcher options:
                         ranks; only for programs that resume at another rank count
                         (cohort-train rescales its learning rate and epoch length)
   --sweep-out PREFIX    sweep: write PREFIX.csv and PREFIX.json (default: cohort-sweep)
+  --over KEY=V1,V2,…    sweep: also run with each value of the library setting KEY
+                        (repeatable: the cross product of every -np and --over value)
   --check-build         print what this build of cohort can do
   --help, --version
 

@@ -17,6 +17,12 @@ struct Export {
 
 enum class Mode { kRun, kSweep, kCheckBuild, kHelp, kVersion };
 
+// sweep --over KEY=V1,V2,…: a library setting and the values it takes in turn.
+struct SweepOption {
+  std::string key;                  // registry key
+  std::vector<std::string> values;  // canonical
+};
+
 struct Request {
   Mode mode = Mode::kRun;
   int np = 0;                    // kRun: ranks (0 = not given)
@@ -28,13 +34,14 @@ struct Request {
   std::vector<Export> exports;        // library settings, --env, --nccl-debug, in command-line order
   std::string output_dir;             // --output-dir
   bool tag_output = false;
-  bool rank_monitor = true;           // run each rank under cohortrun-monitor
-  std::string mpirun;                 // --mpirun PATH ("" = mpirun on PATH)
-  int max_restarts = 0;               // --max-restarts N: start the job again after a failure
-  bool exclude_failed_hosts = false;  // --exclude-failed-hosts: restart without the failed rank's host
-  int min_np = 0;                     // --min-np M: fewest ranks a restart may use (0 = np)
-  std::string sweep_prefix;           // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
-  std::vector<std::string> program;   // PROGRAM ARGS...
+  bool rank_monitor = true;             // run each rank under cohortrun-monitor
+  std::string mpirun;                   // --mpirun PATH ("" = mpirun on PATH)
+  int max_restarts = 0;                 // --max-restarts N: start the job again after a failure
+  bool exclude_failed_hosts = false;    // --exclude-failed-hosts: restart without the failed rank's host
+  int min_np = 0;                       // --min-np M: fewest ranks a restart may use (0 = np)
+  std::string sweep_prefix;             // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
+  std::vector<SweepOption> sweep_over;  // sweep: --over, in command-line order
+  std::vector<std::string> program;     // PROGRAM ARGS...
 };
 
 // Parses everything after argv[0]. Throws UsageError for unknown options (with the

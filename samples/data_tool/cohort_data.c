@@ -4,13 +4,16 @@
  *   cohort-data pack IMAGE_DIR OUT_DIR [--shards N]
  *   cohort-data inspect PATH [--limit N]
  *   cohort-data verify PATH
+ *   cohort-data bench PATH [--max-threads N] [--batches N]
  *
  * Any registry option may be given as --key=value (e.g. --data_split=validation,
  * --label_offset=1, --max_image_pixels=...). Exit status: 0 success, 1 broken data
  * found (verify), 2 usage or other errors. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cohort/cohort.h"
 
@@ -26,6 +29,10 @@ static int usage(const char* why) {
       "usage: cohort-data pack IMAGE_DIR OUT_DIR [--shards N]   pack class sub-folders into TFRecord shards + .idx\n"
       "       cohort-data inspect PATH [--limit N]              records, classes and image sizes of a dataset\n"
       "       cohort-data verify PATH                           check every CRC and index, decode every image fully\n"
+      "       cohort-data bench PATH [--max-threads N] [--batches N]\n"
+      "                                                         run the input pipeline alone at 1..N decode threads\n"
+      "                                                         (default: the cores): images/sec and CPU per image\n"
+      "                                                         of each stage\n"
       "Options of the data group (cohort-options data) are accepted as --key=value.\n");
   return 2;
 }
@@ -59,17 +66,53 @@ static int take_int(int* argc, char** argv, const char* name, long* value, int* 
   return 0;
 }
 
+/* The pipeline alone at 1..max_threads decode threads: each run takes one batch to
+ * start, then `batches` batches are measured (the pipeline's own statistics). */
+static int bench(const cohort_config_t* base, const char* path, long max_threads, long batches) {
+  printf("%-8s %11s %8s %8s %8s %8s %8s %9s  %s\n", "threads", "images/sec", "read", "decode", "augment", "assemble",
+         "total", "MB/s", "limiting stage");
+  printf("%-8s %11s %44s\n", "", "", "(ms of CPU per image)");
+  for (long t = 1; t <= max_threads; ++t) {
+    cohort_config_t* cfg = NULL;
+    cohort_pipeline_t* p = NULL;
+    char threads[32];
+    snprintf(threads, sizeof threads, "%ld", t);
+    int ok = cohort_config_clone(base, &cfg) == COHORT_OK && cohort_config_set(cfg, "data_dir", path) == COHORT_OK &&
+             cohort_config_set(cfg, "decode_threads", threads) == COHORT_OK &&
+             cohort_pipeline_create(NULL, cfg, &p) == COHORT_OK;
+    cohort_batch_t b = {.struct_size = sizeof b};
+    for (long i = 0; ok && i <= batches; ++i) ok = cohort_pipeline_next(p, &b) == COHORT_OK;
+    cohort_pipeline_stats_t s = {.struct_size = sizeof s};
+    ok = ok && cohort_pipeline_stats(p, &s) == COHORT_OK;
+    if (ok) {
+      const double per = 1e3 / (double)(s.decoded > 0 ? s.decoded : 1);
+      const double total = s.read_cpu_s + s.decode_cpu_s + s.augment_cpu_s + s.assemble_cpu_s;
+      printf("%-8ld %11.1f %8.3f %8.3f %8.3f %8.3f %8.3f %9.1f  %s\n", t, s.images_per_sec, s.read_cpu_s * per,
+             s.decode_cpu_s * per, s.augment_cpu_s * per, s.assemble_cpu_s * per, total * per,
+             s.elapsed_s > 0 ? (double)s.bytes_read / s.elapsed_s / 1e6 : 0, s.limiting_stage);
+      fflush(stdout);
+    }
+    cohort_pipeline_destroy(p);
+    cohort_config_destroy(cfg);
+    if (!ok) return fail("bench");
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   cohort_config_t* cfg = NULL;
   if (cohort_config_create(&cfg) != COHORT_OK) return fail("config");
   char** rest = malloc(sizeof(char*) * (size_t)(argc + 1));
   int nrest = 0;
   if (!rest) return 2;
-  long shards = 1, limit = 10;
+  long shards = 1, limit = 10, max_threads = sysconf(_SC_NPROCESSORS_ONLN), batches = 20;
   int bad = 0;
   take_int(&argc, argv, "--shards", &shards, &bad);
   take_int(&argc, argv, "--limit", &limit, &bad);
-  if (bad) return usage("--shards and --limit take a whole number");
+  take_int(&argc, argv, "--max-threads", &max_threads, &bad);
+  take_int(&argc, argv, "--batches", &batches, &bad);
+  if (bad) return usage("--shards, --limit, --max-threads and --batches take a whole number");
+  if (max_threads < 1 || batches < 1) return usage("--max-threads and --batches must be at least 1");
   if (cohort_config_parse_args(cfg, argc, argv, COHORT_PARSE_STRICT, &nrest, rest) != COHORT_OK) return fail("options");
   int status = 0;
   if (nrest >= 2 && (strcmp(rest[1], "-h") == 0 || strcmp(rest[1], "--help") == 0)) {
@@ -80,6 +123,8 @@ int main(int argc, char** argv) {
       status = fail("pack");
   } else if (nrest == 3 && strcmp(rest[1], "inspect") == 0) {
     if (cohort_data_inspect(cfg, rest[2], limit, print_line, NULL) != COHORT_OK) status = fail("inspect");
+  } else if (nrest == 3 && strcmp(rest[1], "bench") == 0) {
+    status = bench(cfg, rest[2], max_threads, batches);
   } else if (nrest == 3 && strcmp(rest[1], "verify") == 0) {
     int64_t broken = 0;
     if (cohort_data_verify(cfg, rest[2], print_line, NULL, &broken) != COHORT_OK) {

@@ -23,7 +23,7 @@
 /* The options the trainer reads itself (every other one goes to the library). */
 typedef struct {
   char model[128], precision[16], data_dir[4096], data_format[16], progress[16], checkpoint_dir[4096];
-  int64_t batch_size, passes, display_every, checkpoint_every, eval_every;
+  int64_t batch_size, passes, display_every, checkpoint_every, eval_every, eval_every_epochs;
   int eval, resume, json, summary_only, profile;
 } settings_t;
 
@@ -37,9 +37,11 @@ typedef struct {
 
 /* Where training stands. */
 typedef struct {
-  int64_t step;        /* batches done */
-  int64_t epochs_done; /* completed epochs */
-  double loss;         /* loss of the last step on this rank */
+  int64_t step;         /* batches done */
+  int64_t epochs_done;  /* completed epochs */
+  double loss;          /* loss of the last step on this rank */
+  int64_t evaluated_at; /* the step of the last evaluation (--eval_every_epochs), -1 for none */
+  cohort_eval_result_t last_eval;
 } progress_t;
 
 typedef struct {
@@ -51,6 +53,8 @@ typedef struct {
   cohort_pipeline_t* train;
   cohort_pipeline_t* eval;
   cohort_metrics_t* metrics;
+  cohort_run_log_t* log;         /* --tensorboard_dir, --log_csv (rank 0 writes) */
+  cohort_optimizer_info_t roles; /* variable_update: whether this rank computes, the workers */
   int rank, size, local_size;
   int tty; /* draw a live progress line */
   double wall_start;
@@ -136,11 +140,27 @@ static void read_settings(const cohort_config_t* cfg, settings_t* s) {
   s->display_every = get_int(cfg, "display_every");
   s->checkpoint_every = get_int(cfg, "checkpoint_every");
   s->eval_every = get_int(cfg, "eval_every");
+  s->eval_every_epochs = get_int(cfg, "eval_every_epochs");
   s->eval = get_bool(cfg, "eval");
   s->resume = get_bool(cfg, "resume");
   s->json = get_bool(cfg, "json");
   s->summary_only = get_bool(cfg, "summary");
   s->profile = get_bool(cfg, "profile");
+}
+
+/* A host f64 vector as a DLTensor (for the trainer's own collectives). */
+static DLTensor f64_vector(double* data, int64_t* n) {
+  DLTensor x = {.data = data, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = n};
+  return x;
+}
+
+/* Collective: n values summed (or their maximum, with `max`) over ranks, in place. */
+static cohort_status_t allreduce_f64(cohort_runtime_t* rt, const char* name, double* values, int64_t n, int max) {
+  DLTensor x = f64_vector(values, &n);
+  cohort_allreduce_options_t ao;
+  cohort_allreduce_options_default(&ao);
+  if (max) ao.op = COHORT_REDUCE_MAX;
+  return cohort_allreduce(rt, name, &x, NULL, &ao);
 }
 
 /* ---------------------------------------------------------------- output (rank 0) */
@@ -189,9 +209,14 @@ static void print_header(const trainer_t* t, const plan_t* plan, int argc, char*
   printf("Num images:  %lld\n", (long long)plan->dataset_size);
   printf("Model:       %s\n", t->set.model);
   printf("Batch size:  %lld per device\n", (long long)t->set.batch_size);
-  printf("             %lld total\n", (long long)(t->set.batch_size * t->size));
+  printf("             %lld total\n", (long long)(t->set.batch_size * t->roles.workers));
   printf("Data format: %s\n", t->set.data_format);
   printf("Data type:   %s\n", labs_dtype(t->set.precision));
+  printf("Variables:   %s", t->roles.variable_update);
+  if (t->roles.servers > 0)
+    printf(" (%d server%s, %s)", t->roles.servers, t->roles.servers == 1 ? "" : "s",
+           t->roles.workers < t->size ? "dedicated" : "on ranks that also compute");
+  printf("\n");
   fflush(stdout);
 }
 
@@ -216,6 +241,7 @@ static int start_runtime(trainer_t* t) {
   t->rank = info.rank;
   t->size = info.size;
   t->local_size = info.local_size;
+  CHECK(cohort_run_log_create(t->rt, t->cfg, &t->log), "opening the run's log");
   const char* p = t->set.progress;
   t->tty = t->rank == 0 && (strcmp(p, "tty") == 0 || (strcmp(p, "auto") == 0 && isatty(1)));
   return 0;
@@ -250,9 +276,18 @@ static int print_model_summary(const trainer_t* t) {
   return 0;
 }
 
+/* How this rank takes part in the optimizer's variable_update mode. */
+static int read_roles(trainer_t* t) {
+  t->roles.struct_size = sizeof t->roles;
+  CHECK(cohort_optimizer_info(t->opt, &t->roles), "reading the optimizer's roles");
+  return 0;
+}
+
 /* The training pipeline and, with --eval, the evaluation one, both made for the model:
- * they take its image size, channels and classes. */
+ * they take its image size, channels and classes. A dedicated parameter server reads no
+ * data. */
 static int open_pipelines(trainer_t* t) {
+  if (!t->roles.worker) return 0;
   CHECK(cohort_pipeline_create_for_model(t->model, t->cfg, &t->train), "opening the input pipeline");
   if (!t->set.eval) return 0;
   cohort_config_t* ec = NULL;
@@ -266,13 +301,29 @@ static int open_pipelines(trainer_t* t) {
   return 0;
 }
 
+/* The training pipeline's epoch and dataset size; dedicated parameter servers, which
+ * have no pipeline, learn them from rank 0 (always a worker). */
+static int epoch_size(trainer_t* t, plan_t* plan) {
+  if (t->train) {
+    cohort_pipeline_info_t info = {.struct_size = sizeof info};
+    CHECK(cohort_pipeline_info(t->train, &info), "reading the pipeline's size");
+    plan->steps_per_epoch = info.steps_per_epoch;
+    plan->dataset_size = info.dataset_size;
+  }
+  if (t->roles.workers == t->size) return 0;
+  double sizes[2] = {(double)plan->steps_per_epoch, (double)plan->dataset_size};
+  int64_t two = 2;
+  DLTensor x = f64_vector(sizes, &two);
+  CHECK(cohort_broadcast(t->rt, "trainer/epoch_size", &x, NULL, 0), "sharing the epoch size");
+  plan->steps_per_epoch = (int64_t)sizes[0];
+  plan->dataset_size = (int64_t)sizes[1];
+  return 0;
+}
+
 /* --num_iter, or --num_epochs of the training pipeline, in whole optimizer steps. */
 static int plan_run(trainer_t* t, plan_t* plan) {
-  cohort_pipeline_info_t info = {.struct_size = sizeof info};
-  CHECK(cohort_pipeline_info(t->train, &info), "reading the pipeline's size");
+  if (epoch_size(t, plan)) return 1;
   const int64_t passes = t->set.passes;
-  plan->steps_per_epoch = info.steps_per_epoch;
-  plan->dataset_size = info.dataset_size;
   int64_t total = get_int(t->cfg, "num_iter");
   if (total == 0) total = (int64_t)ceil(get_float(t->cfg, "num_epochs") * (double)plan->steps_per_epoch);
   if (total < 1) total = 1;
@@ -304,7 +355,8 @@ static int restore_or_start(trainer_t* t, const plan_t* plan, progress_t* p) {
   }
   p->step = ck.step * t->set.passes;
   p->epochs_done = ck.epoch;
-  CHECK(cohort_pipeline_seek(t->train, ck.pipeline_epoch, ck.pipeline_step), "seeking the input pipeline");
+  if (t->train)
+    CHECK(cohort_pipeline_seek(t->train, ck.pipeline_epoch, ck.pipeline_step), "seeking the input pipeline");
   double lr = 0;
   CHECK(cohort_optimizer_state(t->opt, &lr, NULL), "reading the learning rate");
   if (t->rank != 0) return 0;
@@ -318,12 +370,13 @@ static int restore_or_start(trainer_t* t, const plan_t* plan, progress_t* p) {
   return 0;
 }
 
-/* The agreed save: rank 0 writes, and a failure stops every rank alike. */
-static int save_checkpoint(const trainer_t* t, const cohort_batch_t* b, int epoch_end, int64_t epochs_done) {
+/* The agreed save: rank 0 writes (only its position counts), and a failure stops every
+ * rank alike. */
+static int save_checkpoint(const trainer_t* t, int64_t epoch, int64_t step, int epoch_end, int64_t epochs_done) {
   cohort_checkpoint_info_t ck = {.struct_size = sizeof ck};
   ck.epoch = epochs_done;
-  ck.pipeline_epoch = epoch_end ? b->epoch + 1 : b->epoch;
-  ck.pipeline_step = epoch_end ? 0 : b->step + 1;
+  ck.pipeline_epoch = epoch_end ? epoch + 1 : epoch;
+  ck.pipeline_step = epoch_end ? 0 : step + 1;
   CHECK_AGREED(cohort_optimizer_save_checkpoint(t->opt, t->set.checkpoint_dir, &ck), "saving a checkpoint");
   return 0;
 }
@@ -342,22 +395,65 @@ static int show_progress(const trainer_t* t, const plan_t* plan, const progress_
   return 0;
 }
 
-/* --eval_every: the evaluation set's top-1 and top-5 at this step (collective). */
-static int evaluate_during_training(const trainer_t* t, const progress_t* p) {
-  cohort_eval_result_t ev = {.struct_size = sizeof ev};
-  CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
-  if (t->rank != 0) return 0;
-  clear_live(t);
-  printf("Step %lld: Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", (long long)p->step, ev.top1,
-         ev.top5, (long long)ev.samples, ev.loss);
-  fflush(stdout);
+/* Collective: evaluates the model (a dedicated parameter server adds nothing), logs the
+ * result at the current step, and prints it when `label` is given (rank 0). */
+static int evaluate(const trainer_t* t, progress_t* p, const char* label, cohort_eval_result_t* ev) {
+  ev->struct_size = sizeof *ev;
+  if (p->evaluated_at == p->step) { /* the model has not changed since */
+    *ev = p->last_eval;
+    return 0;
+  }
+  CHECK(cohort_model_evaluate(t->model, t->eval, 0, ev), "evaluating");
+  p->evaluated_at = p->step;
+  p->last_eval = *ev;
+  CHECK(cohort_run_log_eval(t->log, p->step, ev), "logging the evaluation");
+  if (label && t->rank == 0) {
+    clear_live(t);
+    printf("%s: Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", label, ev->top1, ev->top5,
+           (long long)ev->samples, ev->loss);
+    fflush(stdout);
+  }
   return 0;
 }
 
-/* One batch: read it, train on it, measure it, report it, checkpoint at the end of an
- * epoch, every checkpoint_every steps and at the end of the run, and evaluate every
- * eval_every steps. */
+/* After a step, and after whole updates only: --eval_every_epochs at the end of an epoch,
+ * the checkpoint (--checkpoint_dir) at the end of an epoch, every --checkpoint_every
+ * steps and at the end of the run, then --eval_every steps (not at the end: the final
+ * evaluation follows). */
+static int end_step(trainer_t* t, progress_t* p, int64_t epoch, int64_t step, int epoch_end, int at_end, int updated) {
+  if (epoch_end) ++p->epochs_done;
+  if (!updated) return 0;
+  char label[64];
+  cohort_eval_result_t ev;
+  if (epoch_end && t->set.eval && t->set.eval_every_epochs > 0 && p->epochs_done % t->set.eval_every_epochs == 0) {
+    snprintf(label, sizeof label, "Epoch %lld", (long long)p->epochs_done);
+    if (evaluate(t, p, label, &ev)) return 1;
+  }
+  const int every = t->set.checkpoint_every > 0 && p->step % t->set.checkpoint_every == 0;
+  if (t->set.checkpoint_dir[0] && (epoch_end || every || at_end) &&
+      save_checkpoint(t, epoch, step, epoch_end, p->epochs_done))
+    return 1;
+  if (t->set.eval && t->set.eval_every > 0 && p->step % t->set.eval_every == 0 && !at_end) {
+    snprintf(label, sizeof label, "Step %lld", (long long)p->step);
+    if (evaluate(t, p, label, &ev)) return 1;
+  }
+  return 0;
+}
+
+/* A dedicated parameter server's step: it serves from its own thread, so here it only
+ * keeps count, to join the workers' evaluations and checkpoint saves at the same steps. */
+static int serve_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
+  const int64_t in_epoch = plan->steps_per_epoch > 0 ? p->step % plan->steps_per_epoch : p->step;
+  const int64_t epoch = plan->steps_per_epoch > 0 ? p->step / plan->steps_per_epoch : 0;
+  ++p->step;
+  const int epoch_end = plan->steps_per_epoch > 0 && in_epoch == plan->steps_per_epoch - 1;
+  return end_step(t, p, epoch, in_epoch, epoch_end, p->step == plan->total, p->step % t->set.passes == 0);
+}
+
+/* One batch: read it, train on it, measure it, report it, then checkpoint and evaluate
+ * as end_step says. */
 static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
+  if (!t->roles.worker) return serve_one_step(t, plan, p);
   const double t0 = now_s();
   cohort_batch_t b = {.struct_size = sizeof b};
   CHECK(cohort_pipeline_next(t->train, &b), "reading a batch");
@@ -365,11 +461,18 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_train_stats_t st = {.struct_size = sizeof st};
   CHECK(cohort_optimizer_train_step(t->opt, &b, &st), "training step");
   const double secs = now_s() - t0;
-  const double images = (double)(b.valid * t->size);
+  const double images = (double)(b.valid * t->roles.workers);
   ++p->step;
   p->loss = st.loss;
   CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, images), "recording the step");
   if (p->step == plan->warmup && t->set.profile) CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
+  cohort_step_record_t rec = {.struct_size = sizeof rec, .step = p->step, .loss = st.loss, .lr = st.lr};
+  rec.epoch = plan->steps_per_epoch > 0 ? (double)p->step / (double)plan->steps_per_epoch : 0;
+  rec.step_s = secs;
+  rec.data_wait_s = t1 - t0;
+  rec.comm_exposed_s = st.comm_wait_s;
+  rec.images = images;
+  CHECK(cohort_run_log_step(t->log, &rec), "logging the step");
   if (p->step == plan->warmup && t->rank == 0) {
     clear_live(t);
     printf("Done warm up\nStep\tImg/sec\ttotal_loss\n");
@@ -377,14 +480,7 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   }
   if (show_progress(t, plan, p, images / secs)) return 1;
   const int epoch_end = plan->steps_per_epoch > 0 && b.step == plan->steps_per_epoch - 1;
-  if (epoch_end) ++p->epochs_done;
-  const int every = t->set.checkpoint_every > 0 && p->step % t->set.checkpoint_every == 0;
-  if (t->set.checkpoint_dir[0] && st.updated && (epoch_end || every || p->step == plan->total) &&
-      save_checkpoint(t, &b, epoch_end, p->epochs_done))
-    return 1;
-  if (t->set.eval && t->set.eval_every > 0 && p->step % t->set.eval_every == 0 && p->step < plan->total)
-    return evaluate_during_training(t, p);
-  return 0;
+  return end_step(t, p, b.epoch, b.step, epoch_end, p->step == plan->total, st.updated);
 }
 
 static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
@@ -399,29 +495,27 @@ static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
   return 0;
 }
 
-/* The loss of the last step, averaged over ranks. */
+/* The loss of the last step, averaged over the ranks that compute. */
 static int mean_loss(const trainer_t* t, double* loss) {
-  int64_t one = 1;
-  DLTensor x = {.data = loss, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &one};
-  cohort_allreduce_options_t ao;
-  cohort_allreduce_options_default(&ao);
-  ao.op = COHORT_REDUCE_AVERAGE;
-  CHECK(cohort_allreduce(t->rt, "trainer/final_loss", &x, NULL, &ao), "averaging the loss");
+  double sums[2] = {t->roles.worker ? *loss : 0, t->roles.worker ? 1 : 0};
+  CHECK(allreduce_f64(t->rt, "trainer/final_loss", sums, 2, 0), "averaging the loss");
+  *loss = sums[0] / sums[1];
   return 0;
 }
 
-/* Bad samples the training pipeline left out under on_error=skip, and the samples it read,
- * summed over ranks (collective). The pipeline itself fails a run that skips more than
- * max_skipped_fraction; this is the count the run reports. */
-static int count_skipped(const trainer_t* t, int64_t* skipped, int64_t* read) {
-  cohort_pipeline_stats_t ps = {.struct_size = sizeof ps};
-  CHECK(cohort_pipeline_stats(t->train, &ps), "reading the pipeline's statistics");
-  double n[2] = {(double)ps.skipped, (double)(ps.images + ps.skipped)};
-  int64_t two = 2;
-  DLTensor x = {.data = n, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 64, 1}, .shape = &two};
-  CHECK(cohort_allreduce(t->rt, "trainer/skipped", &x, NULL, NULL), "counting skipped samples");
-  *skipped = (int64_t)n[0];
-  *read = (int64_t)n[1];
+/* The staleness of the updates of every parameter server (async_parameter_server). */
+static int staleness(const trainer_t* t, cohort_run_summary_t* rs) {
+  cohort_optimizer_info_t info = {.struct_size = sizeof info};
+  CHECK(cohort_optimizer_info(t->opt, &info), "reading the parameter servers' counts");
+  double sums[2] = {info.staleness_sum, (double)info.updates}, most = (double)info.staleness_max;
+  CHECK(allreduce_f64(t->rt, "trainer/staleness_sum", sums, 2, 0), "summing the staleness");
+  CHECK(allreduce_f64(t->rt, "trainer/staleness_max", &most, 1, 1), "finding the largest staleness");
+  rs->variable_update = t->roles.variable_update;
+  rs->workers = t->roles.workers;
+  rs->servers = t->roles.servers;
+  rs->has_staleness = strcmp(t->roles.variable_update, "async_parameter_server") == 0;
+  rs->staleness_mean = sums[1] > 0 ? sums[0] / sums[1] : 0;
+  rs->staleness_max = (int64_t)most;
   return 0;
 }
 
@@ -434,12 +528,54 @@ static void print_profile(const trainer_t* t) {
   free(text);
 }
 
+/* The training pipelines' statistics summed over ranks (collective; elapsed time: the
+ * longest): the bad samples left out under on_error=skip (the pipeline itself fails a run
+ * that skips more than max_skipped_fraction), the samples read, and each stage's CPU time
+ * and the bytes read. limiting_stage is rank 0's. */
+static int pipeline_totals(const trainer_t* t, cohort_pipeline_stats_t* total, int64_t* read) {
+  cohort_pipeline_stats_t ps = {.struct_size = sizeof ps, .limiting_stage = ""};
+  if (t->train) CHECK(cohort_pipeline_stats(t->train, &ps), "reading the pipeline's statistics");
+  double n[8] = {(double)ps.skipped,    (double)(ps.images + ps.skipped),
+                 ps.read_cpu_s,         ps.decode_cpu_s,
+                 ps.augment_cpu_s,      ps.assemble_cpu_s,
+                 (double)ps.bytes_read, (double)ps.decoded};
+  double longest = ps.elapsed_s;
+  CHECK(allreduce_f64(t->rt, "trainer/pipeline_totals", n, 8, 0), "summing the pipelines' statistics");
+  CHECK(allreduce_f64(t->rt, "trainer/pipeline_elapsed", &longest, 1, 1), "timing the pipelines");
+  *total = ps;
+  total->skipped = (int64_t)n[0];
+  *read = (int64_t)n[1];
+  total->read_cpu_s = n[2];
+  total->decode_cpu_s = n[3];
+  total->augment_cpu_s = n[4];
+  total->assemble_cpu_s = n[5];
+  total->bytes_read = (int64_t)n[6];
+  total->decoded = (int64_t)n[7];
+  total->elapsed_s = longest;
+  return 0;
+}
+
+/* Where the input pipeline spent its CPU, per image, and how fast it read. */
+static void print_input_report(const trainer_t* t, const cohort_pipeline_stats_t* in) {
+  const double cpu[4] = {in->read_cpu_s, in->decode_cpu_s, in->augment_cpu_s, in->assemble_cpu_s};
+  const char* names[4] = {"read", "decode", "augment", "assemble"};
+  const double total = cpu[0] + cpu[1] + cpu[2] + cpu[3];
+  const double per = 1e3 / (double)(in->decoded > 0 ? in->decoded : 1);
+  printf("input pipeline CPU per image:");
+  for (int i = 0; i < 4; ++i)
+    printf(" %s %.3f ms (%.0f%%)%s", names[i], cpu[i] * per, total > 0 ? 100 * cpu[i] / total : 0, i < 3 ? "," : "");
+  printf("; total %.3f ms; %.1f MB/s read from storage\n", total * per,
+         in->elapsed_s > 0 ? (double)in->bytes_read / in->elapsed_s / 1e6 : 0);
+  char verdict[1024];
+  if (t->train && cohort_pipeline_verdict(t->train, verdict, sizeof verdict, NULL) == COHORT_OK)
+    printf("%s\n", verdict);
+}
+
 static void print_json_summary(const trainer_t* t, const plan_t* plan, const progress_t* p,
                                const cohort_rate_summary_t* rates, double loss, const cohort_eval_result_t* ev,
-                               int64_t skipped) {
+                               int64_t skipped, cohort_run_summary_t rs) {
   char device[32] = "cpu";
   cohort_runtime_device(t->rt, device, sizeof device, NULL);
-  cohort_run_summary_t rs = {.struct_size = sizeof rs};
   rs.model = t->set.model;
   rs.ranks = t->size;
   rs.local_ranks = t->local_size;
@@ -447,7 +583,7 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
   rs.precision = t->set.precision;
   rs.data = t->set.data_dir[0] ? t->set.data_dir : "synthetic";
   rs.batch_per_rank = t->set.batch_size;
-  rs.global_batch = t->set.batch_size * t->size;
+  rs.global_batch = t->set.batch_size * t->roles.workers;
   rs.steps = p->step;
   rs.warmup_steps = plan->warmup;
   rs.images_per_sec = *rates;
@@ -468,14 +604,18 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
 }
 
 /* The final rates, the evaluation (--eval) and the run summary (--json). */
-static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
+static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_rate_summary_t rates = {.struct_size = sizeof rates};
   CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
   double loss = p->loss;
-  int64_t skipped = 0, read = 0;
-  if (mean_loss(t, &loss) || count_skipped(t, &skipped, &read)) return 1;
+  int64_t read = 0;
+  cohort_run_summary_t rs = {.struct_size = sizeof rs};
+  cohort_pipeline_stats_t input;
+  if (mean_loss(t, &loss) || pipeline_totals(t, &input, &read) || staleness(t, &rs)) return 1;
+  const int64_t skipped = input.skipped;
+  if (t->set.data_dir[0]) rs.input = &input; /* synthetic data has no pipeline work */
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
-  if (t->set.eval) CHECK(cohort_model_evaluate(t->model, t->eval, 0, &ev), "evaluating");
+  if (t->set.eval && evaluate(t, p, NULL, &ev)) return 1;
   if (t->rank != 0) return 0;
   printf("----------------------------------------------------------------\n");
   printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
@@ -483,10 +623,13 @@ static int report(trainer_t* t, const plan_t* plan, const progress_t* p) {
   if (t->set.profile) print_profile(t);
   printf("----------------------------------------------------------------\n");
   printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);
+  if (rs.input) print_input_report(t, &input);
+  if (rs.has_staleness)
+    printf("staleness: %.2f updates behind on average, %lld at most\n", rs.staleness_mean, (long long)rs.staleness_max);
   if (t->set.eval)
     printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,
            (long long)ev.samples, ev.loss);
-  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev, skipped);
+  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev, skipped, rs);
   fflush(stdout);
   return 0;
 }
@@ -498,9 +641,9 @@ static int run(trainer_t* t, int argc, char** argv) {
   if (t->set.summary_only) return print_model_summary(t);
   CHECK(cohort_optimizer_create(t->model, t->cfg, &t->opt), "setting up the optimizer");
   plan_t plan = {0};
-  if (open_pipelines(t) || plan_run(t, &plan)) return 1;
+  if (read_roles(t) || open_pipelines(t) || plan_run(t, &plan)) return 1;
   print_header(t, &plan, argc, argv);
-  progress_t progress = {0};
+  progress_t progress = {.evaluated_at = -1};
   const int rc = restore_or_start(t, &plan, &progress);
   if (rc) return rc;
   if (train(t, &plan, &progress)) return 1;
@@ -537,6 +680,7 @@ static void usage(void) {
 /* Destroys in the reverse order of creation; the runtime, the one collective destroy,
  * last, so every rank reaches it. */
 static void destroy(trainer_t* t) {
+  cohort_run_log_destroy(t->log);
   cohort_metrics_destroy(t->metrics);
   cohort_pipeline_destroy(t->eval);
   cohort_pipeline_destroy(t->train);

@@ -35,7 +35,8 @@ Engine::Engine(std::unique_ptr<Transport> transport, EngineOptions options,
       stalls_(rank_, options_.stall_warning_s, options_.stall_shutdown_s),
       negotiator_(*transport_, options_.cache_capacity, stalls_, timeline_, counters_),
       executor_(*transport_, device_, negotiator_, timeline_, counters_, options_.fusion_bytes,
-                [this] { restart_barrier_numbering(); }) {
+                [this] { restart_barrier_numbering(); }),
+      mailbox_(*transport_) {
   timeline_.enable(!options_.timeline_file.empty());
   thread_ = std::thread([this] { run(); });
 }
@@ -165,6 +166,47 @@ std::shared_ptr<Request> Engine::join() {
   return submit(std::move(e));
 }
 
+std::shared_ptr<Request> Engine::send(int peer, int tag, Tensor data) {
+  P2pOp op;
+  op.send = true;
+  op.peer = peer;
+  op.tag = tag;
+  op.buffer = std::move(data);
+  return submit_p2p(std::move(op));
+}
+
+std::shared_ptr<Request> Engine::recv(int peer, int tag, Tensor into, std::shared_ptr<Inbox> inbox, uint64_t cookie) {
+  P2pOp op;
+  op.peer = peer;
+  op.tag = tag;
+  op.buffer = std::move(into);
+  op.inbox = std::move(inbox);
+  op.cookie = cookie;
+  return submit_p2p(std::move(op));
+}
+
+std::shared_ptr<Request> Engine::submit_p2p(P2pOp op) {
+  const char* what = op.send ? "send" : "receive";
+  if (!transport_->supports_p2p())
+    fail(Code::kUnsupported, "the ", transport_->name(), " transport has no point-to-point messages");
+  require(op.peer >= 0 && op.peer < size_, what, ": peer ", op.peer, " is not a rank (0..", size_ - 1, ")");
+  require(op.tag >= 0 && op.tag <= transport_->max_tag(), what, ": tag ", op.tag, " is outside [0, ",
+          transport_->max_tag(), "]");
+  const Tensor& t = op.buffer;
+  require(t.defined() && (t.data() != nullptr || t.nbytes() == 0), what, ": the tensor has no data");
+  require(t.device().is_host() && t.is_contiguous(), what, ": ", t.describe(), " must be a contiguous host tensor");
+  op.request = std::make_shared<Request>(1, mailbox_.waits());
+  auto request = op.request;
+  {
+    std::lock_guard lock(mu_);
+    if (stopped_) throw Error(stop_status_);
+    if (shutdown_requested_) fail(Code::kInvalidState, "the collective engine is shutting down");
+    messages_.push_back(std::move(op));
+  }
+  cv_.notify_one();
+  return request;
+}
+
 void Engine::mark_step() { timeline_.instant("step"); }
 
 void Engine::compute_begin() { gate_.begin(); }
@@ -193,9 +235,12 @@ void Engine::restart_barrier_numbering() {
 void Engine::run() {
   try {
     sync_clocks();
+    next_cycle_ = Clock::now();
+    bool cycled = true;
     while (true) {
-      wait_for_work();
-      if (cycle()) break;
+      cycled = wait_for_work(cycled);
+      if (cycled && cycle()) break;
+      progress_messages();
     }
     fail_all(Status(Code::kCancelled, "the collective engine shut down before every rank submitted this collective"));
     merge_timeline();
@@ -215,23 +260,37 @@ void Engine::run() {
   }
 }
 
-void Engine::wait_for_work() {
+bool Engine::wait_for_work(bool after_cycle) {
   std::unique_lock lock(mu_);
   // Work now: a submission, the shutdown, or held reductions while compute is done here
   // (meet the other ranks' next cycles at once; compute_end wakes the thread for it).
   auto work = [&] { return !queue_.empty() || shutdown_requested_ || gate_.release_pending(); };
   // A caller that just got its result often submits again within microseconds: poll
   // briefly (yielding the core) before sleeping.
-  auto until = Clock::now() + std::chrono::microseconds(Request::kSpinUs);
-  while (!work() && Clock::now() < until) {
+  auto until = Clock::now() + std::chrono::microseconds(after_cycle ? Request::kSpinUs : 0);
+  while (!work() && messages_.empty() && Clock::now() < until) {
     lock.unlock();
     std::this_thread::yield();
     lock.lock();
   }
-  auto timeout = negotiator_.busy() ? std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double, std::milli>(options_.cycle_time_ms))
-                                    : std::chrono::duration_cast<Clock::duration>(kIdleTick);
-  cv_.wait_for(lock, timeout, work);
+  if (work()) return true;
+  if (!messages_.empty()) return false;  // post them; the next cycle keeps its time
+  // Messages in flight are polled between cycles; a message never brings a cycle
+  // forward, so ranks that only exchange messages do not negotiate more often.
+  auto wake = next_cycle_;
+  if (mailbox_.active()) wake = std::min<Clock::time_point>(wake, Clock::now() + mailbox_.poll_interval());
+  cv_.wait_until(lock, wake, [&] { return work() || !messages_.empty(); });
+  return work() || Clock::now() >= next_cycle_;
+}
+
+void Engine::progress_messages() {
+  std::vector<P2pOp> fresh;
+  {
+    std::lock_guard lock(mu_);
+    fresh.swap(messages_);
+  }
+  if (!fresh.empty()) mailbox_.post(fresh);
+  if (mailbox_.active()) mailbox_.progress();
 }
 
 void Engine::sync_clocks() {
@@ -252,6 +311,7 @@ void Engine::merge_timeline() {
 
 void Engine::fail_all(const Status& s) {
   std::vector<TensorEntry> queued;
+  std::vector<P2pOp> messages;
   {
     std::lock_guard lock(mu_);
     stopped_ = true;
@@ -259,9 +319,15 @@ void Engine::fail_all(const Status& s) {
     if (stop_status_.code() == Code::kCancelled)
       stop_status_ = Status(Code::kInvalidState, "the collective engine has shut down");
     queued.swap(queue_);
+    messages.swap(messages_);
   }
   negotiator_.fail_all(s);
   for (TensorEntry& e : queued) e.request->complete_part(s);
+  mailbox_.fail_all(s);
+  for (P2pOp& op : messages) {
+    if (op.inbox) op.inbox->push({op.cookie, s});
+    op.request->complete_part(s);
+  }
 }
 
 bool Engine::cycle() {
@@ -302,6 +368,10 @@ bool Engine::cycle() {
   }
   negotiator_.recheck_cached();
   stalls_.check(negotiator_.table(), Clock::now());
+  next_cycle_ =
+      Clock::now() + (negotiator_.busy() ? std::chrono::duration_cast<Clock::duration>(
+                                               std::chrono::duration<double, std::milli>(options_.cycle_time_ms))
+                                         : std::chrono::duration_cast<Clock::duration>(kIdleTick));
   return round.all_shutting_down;
 }
 

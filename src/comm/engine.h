@@ -30,6 +30,7 @@
 #include "comm/compute_gate.h"
 #include "comm/device_transport.h"
 #include "comm/executor.h"
+#include "comm/mailbox.h"
 #include "comm/negotiator.h"
 #include "comm/stall_inspector.h"
 #include "comm/timeline.h"
@@ -97,6 +98,18 @@ class Engine {
   // numbering then starts afresh on every rank.
   std::shared_ptr<Request> join();
 
+  // Point-to-point messages (see mailbox.h): between this rank and `peer` only, outside
+  // negotiation, so no other rank submits anything. Host tensors; tags in [0, max_tag()].
+  // Messages from one peer with one tag arrive in the order they were sent. The send
+  // completes when `data` may be reused; the receive when the message is in `into`,
+  // which it must fill exactly (kMismatch otherwise), and then tells `inbox` (if given)
+  // with `cookie`. Throws kUnsupported when the transport has no point-to-point messages.
+  std::shared_ptr<Request> send(int peer, int tag, Tensor data);
+  std::shared_ptr<Request> recv(int peer, int tag, Tensor into, std::shared_ptr<Inbox> inbox = {}, uint64_t cookie = 0);
+  // An inbox whose blocked pop() makes the engine poll for messages promptly.
+  std::shared_ptr<Inbox> make_inbox() const { return std::make_shared<Inbox>(mailbox_.waits()); }
+  int max_tag() const { return transport_->max_tag(); }
+
   void mark_step();
   // Brackets a model's forward/backward on this rank (any thread; nests). With
   // hold_during_compute, agreed reductions wait until no rank is inside such a bracket;
@@ -115,9 +128,13 @@ class Engine {
 
  private:
   void validate(const TensorEntry& e) const;
+  std::shared_ptr<Request> submit_p2p(P2pOp op);
   void run();
   bool cycle();
-  void wait_for_work();
+  // Returns whether a negotiation cycle is due (work, shutdown, or its time has come);
+  // false when only messages need posting or polling. Spins briefly first after a cycle.
+  bool wait_for_work(bool after_cycle);
+  void progress_messages();
   void sync_clocks();
   void merge_timeline();
   void restart_barrier_numbering();
@@ -136,11 +153,13 @@ class Engine {
   StallInspector stalls_;
   Negotiator negotiator_;  // engine thread only
   Executor executor_;      // engine thread only
+  Mailbox mailbox_;        // engine thread only (but waits())
 
   // Shared with submitting threads.
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<TensorEntry> queue_;
+  std::vector<P2pOp> messages_;  // posted by callers, not yet on the transport
   bool shutdown_requested_ = false;
   bool stopped_ = false;
   Status stop_status_;
@@ -148,7 +167,8 @@ class Engine {
   uint64_t barrier_count_ = 0;
   uint64_t join_epoch_ = 0;  // completed joins: part of barrier names
 
-  int64_t clock_offset_us_ = 0;  // engine thread only
+  int64_t clock_offset_us_ = 0;   // engine thread only
+  Clock::time_point next_cycle_;  // engine thread only: when an idle or busy cycle is due
   std::thread thread_;
 };
 

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/status.h"
 #include "kernels/copy.h"
 #include "kernels/reduce.h"
 #include "tensor/tensor.h"
@@ -60,6 +61,33 @@ class Transport {
   virtual void scale(void* buf, size_t count, DType t, double factor) { kernels::scale(buf, count, t, factor); }
   // Stops any wait in the control plane (peer lost or forced shutdown).
   virtual void abort_waits() {}
+
+  // Point to point, outside negotiation (the engine's Mailbox): nonblocking sends and
+  // receives between two ranks, matched by (source, tag) in the order they were posted.
+  // A handle names a posted operation until test() reports it complete. Transports
+  // without them say so (supports_p2p false) and the engine refuses such messages.
+  virtual bool supports_p2p() const { return false; }
+  // The largest tag a message may carry.
+  virtual int max_tag() const { return 0; }
+  virtual uint64_t post_send(int peer, int tag, const void* buf, size_t bytes);
+  virtual uint64_t post_recv(int peer, int tag, void* buf, size_t bytes);
+  // True once the operation has finished (its handle is then gone); a receive's message
+  // size goes to *bytes. Throws kMismatch for a message larger than the receive (the
+  // handle is gone too), kMpi (or the like) when the transport itself failed.
+  virtual bool test(uint64_t handle, size_t* bytes);
+  // Withdraws an unfinished operation (its handle is then gone).
+  virtual void cancel(uint64_t handle);
 };
+
+inline uint64_t Transport::post_send(int, int, const void*, size_t) {
+  fail(Code::kUnsupported, "the ", name(), " transport has no point-to-point messages");
+}
+inline uint64_t Transport::post_recv(int, int, void*, size_t) {
+  fail(Code::kUnsupported, "the ", name(), " transport has no point-to-point messages");
+}
+inline bool Transport::test(uint64_t, size_t*) {
+  fail(Code::kUnsupported, "the ", name(), " transport has no point-to-point messages");
+}
+inline void Transport::cancel(uint64_t) {}
 
 }  // namespace cohort::comm

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "core/config.h"
 #include "core/logging.h"
@@ -17,6 +19,20 @@ namespace {
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+std::string fixed3(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+// CPU time of the calling thread. A system call (about a microsecond), so the stage
+// loops read it once per sample and split it by wall time within the sample.
+int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
 std::vector<float> parse_floats(const std::string& key, const std::string& text) {
@@ -293,7 +309,11 @@ void Pipeline::stop() {
 void Pipeline::reader_loop() {
   const int64_t steps = sampler_.steps_per_epoch();
   const int64_t nslots = static_cast<int64_t>(slots_.size());
+  int64_t cpu_mark = thread_cpu_ns();  // everything a reader does is the read stage
   for (;;) {
+    const int64_t cpu = thread_cpu_ns();
+    read_cpu_ns_ += cpu - cpu_mark;
+    cpu_mark = cpu;
     Work* w = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -336,6 +356,7 @@ void Pipeline::reader_loop() {
       }
     }
     read_ns_ += now_ns() - t0;
+    if (ok) bytes_read_ += static_cast<int64_t>(w->sample.storage.size());
     if (!ok) {
       Slot* slot = w->slot;
       int64_t index = w->sample.index;
@@ -358,6 +379,7 @@ void Pipeline::reader_loop() {
 void Pipeline::decoder_loop() {
   JpegDecoder decoder(o_.dct, o_.max_pixels, o_.exif_apply);
   Renderer renderer;
+  int64_t cpu_mark = thread_cpu_ns();
   for (;;) {
     Work* w = nullptr;
     {
@@ -370,8 +392,9 @@ void Pipeline::decoder_loop() {
     int64_t t0 = now_ns();
     bool ok = true;
     Error error(Code::kOk, "");
+    StageWall wall;
     try {
-      process(*w, decoder, renderer);
+      process(*w, decoder, renderer, wall);
     } catch (const Error& e) {
       ok = false;
       error = Error(e.code(), cat(source_->origin(w->sample.index), ": ", e.what()));
@@ -390,10 +413,26 @@ void Pipeline::decoder_loop() {
     cv_space_.notify_one();
     if (pad) padded_++;
     finish_sample(*slot, ok, ok ? nullptr : &error, pad ? -1 : index);
+    const int64_t cpu = thread_cpu_ns();
+    add_decoder_cpu(cpu - cpu_mark, now_ns() - t0, wall);
+    cpu_mark = cpu;
   }
 }
 
-void Pipeline::process(Work& w, JpegDecoder& decoder, Renderer& renderer) {
+void Pipeline::add_decoder_cpu(int64_t cpu_ns, int64_t work_ns, const StageWall& wall) {
+  // The sample's CPU time (with the queue handling before it): decoding and augmenting
+  // as measured, the rest is assembly. A raw sample's few microseconds are split in the
+  // proportions of their wall time instead.
+  const double scale =
+      wall.cpu ? 1.0 : static_cast<double>(cpu_ns) / static_cast<double>(std::max<int64_t>(1, work_ns));
+  const int64_t decode = std::min(cpu_ns, static_cast<int64_t>(scale * static_cast<double>(wall.decode)));
+  const int64_t augment = std::min(cpu_ns - decode, static_cast<int64_t>(scale * static_cast<double>(wall.augment)));
+  decode_cpu_ns_ += decode;
+  augment_cpu_ns_ += augment;
+  assemble_cpu_ns_ += cpu_ns - decode - augment;
+}
+
+void Pipeline::process(Work& w, JpegDecoder& decoder, Renderer& renderer, StageWall& wall) {
   Slot& slot = *w.slot;
   auto* dst = static_cast<uint8_t*>(slot.images->data()) + sample_bytes_ * static_cast<size_t>(w.pos);
   const Sample& s = w.sample;
@@ -407,19 +446,22 @@ void Pipeline::process(Work& w, JpegDecoder& decoder, Renderer& renderer) {
     return;
   }
   if (s.kind == Sample::Kind::kRaw) {
+    const int64_t t0 = now_ns();
     Draws d = draw_sample(s.raw_w, s.raw_h, s.boxes, o_.augment, epoch, s.index, static_cast<int>(w.pos));
     renderer.render(s.raw, s.raw_w, s.raw_h, static_cast<size_t>(s.raw_w) * s.raw_c, s.raw_c,
                     static_cast<float>(d.crop.x), static_cast<float>(d.crop.y), static_cast<float>(d.crop.w),
                     static_cast<float>(d.crop.h), d, o_.augment, dst);
+    wall.augment += now_ns() - t0;
   } else {
-    decode_encoded(w, decoder, renderer, dst, epoch);
+    decode_encoded(w, decoder, renderer, dst, epoch, wall);
   }
   slot.labels[pos] = static_cast<int32_t>(s.label);
   slot.mask[pos] = 1;
   images_++;
 }
 
-void Pipeline::decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer, uint8_t* dst, int64_t epoch) {
+void Pipeline::decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer, uint8_t* dst, int64_t epoch,
+                              StageWall& wall) {
   const Sample& s = w.sample;
   std::atomic<uint8_t>& verdict = verdicts_[static_cast<size_t>(s.index)];
   const uint8_t known = verdict.load(std::memory_order_acquire);
@@ -427,6 +469,10 @@ void Pipeline::decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer,
     std::lock_guard<std::mutex> lock(bad_mu_);
     throw bad_.at(s.index);
   }
+  // JPEG work takes milliseconds: its stages are timed on the thread's CPU clock.
+  wall.cpu = true;
+  const int64_t t0 = thread_cpu_ns();
+  int64_t t1 = t0;
   try {
     JpegHeader h = decoder.read_header(s.encoded);
     const std::vector<BBox>* boxes = &s.boxes;
@@ -438,9 +484,13 @@ void Pipeline::decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer,
     Draws d = draw_sample(h.width, h.height, *boxes, o_.augment, epoch, s.index, static_cast<int>(w.pos));
     DecodedWindow win = decoder.decode_window(s.encoded, d.crop.x, d.crop.y, d.crop.w, d.crop.h, o_.augment.out_w,
                                               o_.augment.out_h, known == kUnknown);
+    t1 = thread_cpu_ns();
+    wall.decode += t1 - t0;
     renderer.render(win.pixels, win.width, win.height, win.stride, 3, win.crop_x, win.crop_y, win.crop_w, win.crop_h, d,
                     o_.augment, dst);
+    wall.augment += thread_cpu_ns() - t1;
   } catch (const Error& e) {
+    if (t1 == t0) wall.decode += thread_cpu_ns() - t0;  // a bad image fails while decoding
     if (e.code() == Code::kJpeg || e.code() == Code::kCorruptData) {
       std::lock_guard<std::mutex> lock(bad_mu_);
       bad_.emplace(s.index, e);
@@ -541,7 +591,11 @@ const BatchView& Pipeline::next() {
     }
     ++consumer_g_;
     holding_ = true;
-    if (slot->had_errors) compact(*slot);
+    if (slot->had_errors) {
+      const int64_t cpu = thread_cpu_ns();
+      compact(*slot);
+      assemble_cpu_ns_ += thread_cpu_ns() - cpu;
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);  // stats() may read these from another thread
   int64_t t1 = now_ns();
@@ -614,6 +668,11 @@ PipelineStats Pipeline::stats() const {
   s.padded = padded_.load();
   s.read_busy_s = static_cast<double>(read_ns_.load()) * 1e-9;
   s.decode_busy_s = static_cast<double>(decode_ns_.load()) * 1e-9;
+  s.read_cpu_s = static_cast<double>(read_cpu_ns_.load()) * 1e-9;
+  s.decode_cpu_s = static_cast<double>(decode_cpu_ns_.load()) * 1e-9;
+  s.augment_cpu_s = static_cast<double>(augment_cpu_ns_.load()) * 1e-9;
+  s.assemble_cpu_s = static_cast<double>(assemble_cpu_ns_.load()) * 1e-9;
+  s.bytes_read = bytes_read_.load();
   s.wait_s = static_cast<double>(wait_ns_) * 1e-9;
   s.elapsed_s = first_ns_ ? static_cast<double>(last_ns_ - first_ns_) * 1e-9 : 0.0;
   s.images_per_sec = s.elapsed_s > 0 ? static_cast<double>(s.images - first_batch_valid_) / s.elapsed_s : 0.0;
@@ -623,17 +682,48 @@ PipelineStats Pipeline::stats() const {
   s.reader_threads = synthetic_ ? 0 : o_.reader_threads;
   s.decode_threads = synthetic_ ? 0 : o_.decode_threads;
   s.prefetch_depth = o_.prefetch_depth;
+  s.limiting_stage = synthetic_ ? "" : limiting_stage(s);
   int pct = static_cast<int>(std::lround(s.wait_fraction * 100));
   if (s.batches < 2) {
     s.verdict = "not enough batches yet to judge the input pipeline";
   } else if (s.wait_fraction > 0.05) {
-    s.verdict = cat("input-bound: the step waited for data ", pct, "% of the time (decode threads busy ",
-                    std::lround(s.decode_busy_s / std::max(1e-9, s.elapsed_s * std::max(1, s.decode_threads)) * 100),
-                    "%; raise decode_threads or prefetch_depth, or use augment=none / jpeg_dct=fast)");
+    s.verdict = cat("input-bound: the step waited for data ", pct, "% of the time; ",
+                    s.limiting_stage.empty() ? std::string("the pipeline") : s.limiting_stage, " limits it (",
+                    stage_shares(s), "; decode threads busy ",
+                    std::min(100L, std::lround(s.decode_busy_s /
+                                               std::max(1e-9, s.elapsed_s * std::max(1, s.decode_threads)) * 100)),
+                    "%): ",
+                    s.limiting_stage == "read" ? "raise reader_threads, or read from faster storage"
+                    : s.limiting_stage == "decode"
+                        ? "raise decode_threads or prefetch_depth, or use jpeg_dct=fast or smaller images"
+                    : s.limiting_stage == "augment" ? "raise decode_threads, or use a lighter augment preset"
+                                                    : "raise decode_threads or prefetch_depth");
   } else {
     s.verdict = cat("not input-bound: the step waited for data ", pct, "% of the time");
   }
   return s;
+}
+
+std::string limiting_stage(const PipelineStats& s) {
+  if (s.decoded == 0) return "";
+  // The readers and the decode threads are two pools in a row: the one whose busy time
+  // per thread is larger bounds the rate; within the decode pool, its largest stage.
+  const double readers = s.read_busy_s / std::max(1, s.reader_threads);
+  const double decoders = s.decode_busy_s / std::max(1, s.decode_threads);
+  if (readers > decoders) return "read";
+  if (s.decode_cpu_s >= s.augment_cpu_s && s.decode_cpu_s >= s.assemble_cpu_s) return "decode";
+  return s.augment_cpu_s >= s.assemble_cpu_s ? "augment" : "assemble";
+}
+
+std::string stage_shares(const PipelineStats& s) {
+  const double total = s.read_cpu_s + s.decode_cpu_s + s.augment_cpu_s + s.assemble_cpu_s;
+  const double per = 1e3 / std::max<double>(1, static_cast<double>(s.decoded));
+  auto part = [&](const char* name, double v) {
+    return cat(name, " ", fixed3(v * per), " ms (", std::lround(total > 0 ? 100 * v / total : 0), "%)");
+  };
+  return cat("CPU per image: ", part("read", s.read_cpu_s), ", ", part("decode", s.decode_cpu_s), ", ",
+             part("augment", s.augment_cpu_s), ", ", part("assemble", s.assemble_cpu_s), ", total ",
+             fixed3(total * per), " ms");
 }
 
 }  // namespace cohort::data

@@ -91,6 +91,14 @@ struct PipelineStats {
   int64_t batches = 0, images = 0, decoded = 0, errors = 0, padded = 0;  // images: valid ones delivered
   int64_t skipped = 0;  // bad samples left out of the batches delivered (errors also counts prefetched ones)
   double read_busy_s = 0, decode_busy_s = 0;  // summed over the stage's threads
+  // CPU seconds of each stage, summed over its threads (the threads' own CPU clocks):
+  // read = the readers (fetching sample bytes), decode = JPEG decoding, augment =
+  // cropping, resizing, flips, colour and normalisation into the batch, assemble = the
+  // rest of batch assembly (padding, labels, compaction, hand-over). They sum to the
+  // pipeline's CPU; per image, divide by `decoded`.
+  double read_cpu_s = 0, decode_cpu_s = 0, augment_cpu_s = 0, assemble_cpu_s = 0;
+  int64_t bytes_read = 0;      // bytes the readers took from storage (0 for data held in memory)
+  std::string limiting_stage;  // read|decode|augment|assemble: the one that bounds throughput ("" unknown)
   // The consumer's wait in next() and the time it covers, both from the end of the
   // first next() (filling the pipeline is start-up, not steady state).
   double wait_s = 0, elapsed_s = 0;
@@ -100,6 +108,12 @@ struct PipelineStats {
   int reader_threads = 0, decode_threads = 0, prefetch_depth = 0;
   std::string verdict;
 };
+
+// The stage that bounds the pipeline's rate ("" before any image): read when the readers
+// are busier per thread than the decode threads, else the decode pool's largest stage.
+std::string limiting_stage(const PipelineStats& s);
+// "CPU per image: read 0.010 ms (2%), decode …, augment …, assemble …, total … ms".
+std::string stage_shares(const PipelineStats& s);
 
 class Pipeline {
  public:
@@ -133,8 +147,15 @@ class Pipeline {
   struct Work;
   void reader_loop();
   void decoder_loop();
-  void process(Work& w, JpegDecoder& decoder, Renderer& renderer);
-  void decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer, uint8_t* dst, int64_t epoch);
+  // Nanoseconds of one sample's decode and augment steps, to split its CPU time: on the
+  // thread's CPU clock (cpu, JPEGs) or wall time (raw samples, too quick to clock apart).
+  struct StageWall {
+    int64_t decode = 0, augment = 0;
+    bool cpu = false;
+  };
+  void process(Work& w, JpegDecoder& decoder, Renderer& renderer, StageWall& wall);
+  void decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer, uint8_t* dst, int64_t epoch, StageWall& wall);
+  void add_decoder_cpu(int64_t cpu_ns, int64_t work_ns, const StageWall& wall);
   void finish_sample(Slot& slot, bool ok, const Error* error, int64_t index);
   void compact(Slot& slot);
   void count_skipped(const Slot& slot, int64_t g, int64_t valid);
@@ -179,6 +200,7 @@ class Pipeline {
   std::string first_skip_;
 
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, images_{0}, errors_{0}, padded_{0};
+  std::atomic<int64_t> read_cpu_ns_{0}, decode_cpu_ns_{0}, augment_cpu_ns_{0}, assemble_cpu_ns_{0}, bytes_read_{0};
   int64_t batches_ = 0, delivered_ = 0, first_batch_valid_ = 0, wait_ns_ = 0, ready_sum_ = 0, queue_sum_ = 0;
   int64_t first_ns_ = 0, last_ns_ = 0;
   BatchView view_;

@@ -84,43 +84,40 @@ DistributedOptions DistributedOptions::from_config(const Config& config) {
 
 DistributedOptimizer::DistributedOptimizer(Optimizer& optimizer, Collectives& collectives,
                                            std::vector<ParamGrad> params, DistributedOptions options)
-    : optimizer_(optimizer), comm_(collectives), params_(std::move(params)), options_(options) {
+    : optimizer_(optimizer),
+      comm_(collectives),
+      params_(std::move(params)),
+      options_(options),
+      passes_(params_, options.backward_passes_per_step) {
   require(options_.backward_passes_per_step >= 1, "backward_passes_per_step must be >= 1, got ",
           options_.backward_passes_per_step);
   require(options_.gradient_predivide_factor > 0, "gradient_predivide_factor must be > 0, got ",
           options_.gradient_predivide_factor);
   require(comm_.size() >= 1, "distributed optimizer: collectives report ", comm_.size(), " ranks");
   require(!(options_.compress_f16 && options_.compress_bf16), "compression is f16 or bf16, not both");
+  require(options_.exchange || !options_.compressed(),
+          "compression compresses exchanged gradients, and this optimizer exchanges none");
   optimizer_.init_state(params_);  // validates names, dtypes, shapes
-  const size_t n = params_.size();
-  done_.assign(n, 0);
-  for (const ParamGrad& p : params_) {
-    Tensor grad = p.grad;
-    if (options_.backward_passes_per_step > 1) {
-      accum_.push_back(Tensor::empty(p.param.shape(), DType::kF32));
-      grad = accum_.back();
-    }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamGrad& p = params_[i];
     if (options_.compressed())
       wire_.push_back(Tensor::empty(p.param.shape(), options_.compress_f16 ? DType::kF16 : DType::kBF16));
-    reduced_.push_back({p.name, p.param, grad});
+    reduced_.push_back({p.name, p.param, options_.backward_passes_per_step > 1 ? passes_.sum(i) : p.grad});
   }
 }
 
 void DistributedOptimizer::gradient_ready(size_t index) {
-  require(index < params_.size(), "gradient_ready: index ", index, " but the model has ", params_.size(),
-          " parameters");
-  require(!done_[index], "gradient_ready: parameter '", params_[index].name,
-          "' was reported twice in one backward pass");
-  done_[index] = 1;
-  if (options_.backward_passes_per_step > 1) {
-    const ParamGrad& p = params_[index];
-    host_loop(p.grad.numel(), kernels::AccumulateScaled{1.0f}, accum_[index].data_as<float>(),
-              static_cast<const float*>(p.grad.data_as<float>()));
-  }
-  if (pass_ == options_.backward_passes_per_step - 1) exchange(index);
+  if (passes_.report(index)) exchange(index);
 }
 
 void DistributedOptimizer::exchange(size_t index) {
+  const ParamGrad& r = reduced_[index];
+  if (!options_.exchange) {
+    if (options_.average_passes && options_.backward_passes_per_step > 1)
+      host_loop(r.grad.numel(), kernels::Scale{1.0f / static_cast<float>(options_.backward_passes_per_step)},
+                r.grad.data_as<float>());
+    return;
+  }
   const double f = options_.gradient_predivide_factor;
   double post = f / comm_.size();
   if (options_.average_passes) post /= options_.backward_passes_per_step;
@@ -139,14 +136,7 @@ void DistributedOptimizer::exchange(size_t index) {
 }
 
 bool DistributedOptimizer::step(double lr) {
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (!done_[i]) gradient_ready(i);
-  std::fill(done_.begin(), done_.end(), 0);
-  if (pass_ < options_.backward_passes_per_step - 1) {
-    ++pass_;
-    return false;
-  }
-  pass_ = 0;
+  if (!passes_.end_pass([&](size_t i) { gradient_ready(i); })) return false;
   comm_.wait_all();
   if (options_.compressed()) {
     double post = options_.gradient_predivide_factor / comm_.size();
@@ -167,7 +157,7 @@ bool DistributedOptimizer::step(double lr) {
     skipped_ = !finite;
   }
   if (!skipped_) optimizer_.step(reduced_, lr);
-  for (Tensor& a : accum_) std::memset(a.data(), 0, a.nbytes());
+  passes_.clear_sums();
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "optim/gradient_passes.h"
 #include "optim/loss_scaler.h"
 #include "optim/named_tensor.h"
 #include "optim/optimizer.h"
@@ -64,6 +65,9 @@ struct DistributedOptions {
   // of B equal one pass over N·B when each pass's loss is a batch mean. (Horovod's
   // PyTorch wrapper leaves the sum; its TensorFlow one has average_aggregated_gradients.)
   bool average_passes = true;
+  // False: gradients are never exchanged (every rank trains its own model); broadcasts
+  // and the consistency check still go through the collectives.
+  bool exchange = true;
 
   // From backward_passes_per_step, compression and gradient_predivide_factor.
   static DistributedOptions from_config(const Config& config);
@@ -103,7 +107,7 @@ class DistributedOptimizer {
   // kMismatch naming the first parameter that differs on some rank.
   void check_consistency();
 
-  int pass() const { return pass_; }  // backward passes taken in the current step
+  int pass() const { return passes_.pass(); }  // backward passes taken in the current step
   const DistributedOptions& options() const { return options_; }
 
  private:
@@ -113,11 +117,9 @@ class DistributedOptimizer {
   Collectives& comm_;
   std::vector<ParamGrad> params_;
   DistributedOptions options_;
-  int pass_ = 0;
   LossScaler* scaler_ = nullptr;
   bool skipped_ = false;
-  std::vector<char> done_;          // reported in the current pass
-  std::vector<Tensor> accum_;       // f32 sums over passes (N > 1)
+  GradientPasses passes_;           // reports and f32 sums over passes (N > 1)
   std::vector<Tensor> wire_;        // f16 or bf16 buffers (compression)
   std::vector<ParamGrad> reduced_;  // what the optimizer steps with
 };

@@ -5,6 +5,7 @@
 
 #include "core/status.h"
 #include "train/engine_collectives.h"
+#include "train/variable_update.h"
 
 namespace cohort::train {
 namespace {
@@ -34,8 +35,14 @@ data::PipelineOptions pipeline_options_for(const Model& model, const Config& con
   take_from_model(c, model, "image_size", io.height, "images of size");
   take_from_model(c, model, "synthetic_channels", io.channels, "channels:");
   take_from_model(c, model, "num_classes", io.classes, "classes:");
+  // The data is shared by the ranks that compute: a dedicated parameter server reads none.
   const Runtime& rt = model.runtime();
-  return data::pipeline_options(c, rt.rank(), rt.size(), rt.thread_budget());
+  const Roles roles = Roles::from_config(c, rt.size());
+  require(roles.is_worker(rt.rank()), "rank ", rt.rank(),
+          " is a dedicated parameter server (variable_update=", variable_update_name(roles.mode),
+          ", ps_dedicated=true): it reads no data; open pipelines on the ranks where "
+          "cohort_optimizer_info() says worker = 1");
+  return data::pipeline_options(c, rt.rank(), roles.workers(), rt.thread_budget());
 }
 
 void check_pipeline_fits(const Model& model, const data::Pipeline& pipeline) {
@@ -47,10 +54,10 @@ void check_pipeline_fits(const Model& model, const data::Pipeline& pipeline) {
           "' has ", io.classes, " outputs; build the model with --num_classes=", classes);
 }
 
-EvalResult evaluate(Model& model, data::Pipeline& pipeline, int64_t max_steps) {
+EvalResult evaluate(Model& model, data::Pipeline* pipeline, int64_t max_steps) {
   model.runtime().check_open("evaluating");
   require(max_steps >= 0, "max_steps must be >= 0, got ", max_steps);
-  const int64_t steps = max_steps > 0 ? max_steps : pipeline.steps_per_epoch();
+  const int64_t steps = !pipeline ? 0 : max_steps > 0 ? max_steps : pipeline->steps_per_epoch();
   const Shape& out_shape = model.graph().shape(model.graph().output_layer());
   require(out_shape.size() == 1, "evaluation needs a model whose output is a vector of class scores, got ",
           shape_string(out_shape));
@@ -58,7 +65,7 @@ EvalResult evaluate(Model& model, data::Pipeline& pipeline, int64_t max_steps) {
   EvalAccumulator acc;
   std::vector<float> logits;
   for (int64_t s = 0; s < steps; ++s) {
-    const data::BatchView& b = pipeline.next();
+    const data::BatchView& b = pipeline->next();
     const int64_t n = b.images.dim(0);
     logits.resize(static_cast<size_t>(n * classes));
     Tensor out = Tensor::wrap(logits.data(), {n, classes}, DType::kF32);

@@ -34,6 +34,28 @@ std::string run_summary_json(const RunSummary& s) {
       .add_number("top1", s.top1)
       .add_number("top5", s.top5)
       .add_number("wall_s", s.wall_s);
+  if (!s.variable_update.empty()) {
+    o.add_string("variable_update", s.variable_update).add_int("workers", s.workers).add_int("servers", s.servers);
+    if (s.staleness) {
+      JsonObject st;
+      st.add_number("mean", s.staleness->mean).add_int("max", s.staleness->max);
+      o.add_object("staleness", st);
+    }
+  }
+  if (s.input) {
+    const RunSummary::InputStages& in = *s.input;
+    JsonObject cpu;
+    cpu.add_number("read", in.read)
+        .add_number("decode", in.decode)
+        .add_number("augment", in.augment)
+        .add_number("assemble", in.assemble)
+        .add_number("total", in.read + in.decode + in.augment + in.assemble);
+    JsonObject input;
+    input.add_object("cpu_s_per_image", cpu)
+        .add_number("read_bytes_per_s", in.read_bytes_per_s)
+        .add_string("limiting_stage", in.limiting_stage);
+    o.add_object("input", input);
+  }
   for (const auto& [key, value] : s.extra) {
     require(!value.empty(), "run summary: extra field '", key, "' has no value");
     require(o.str().find(json_string(key) + ": ") == std::string::npos, "run summary: extra field '", key,

@@ -30,6 +30,23 @@ struct RunSummary {
   std::optional<double> top1;
   std::optional<double> top5;
   double wall_s = 0;
+  // The variable_update mode ("": not written) with its workers and servers, and the
+  // staleness of an asynchronous parameter server's updates.
+  std::string variable_update;
+  int64_t workers = 0, servers = 0;
+  struct Staleness {
+    double mean = 0;
+    int64_t max = 0;
+  };
+  std::optional<Staleness> staleness;
+  // Where the input pipeline spent its CPU: seconds per image of each stage (they sum to
+  // the total), the read rate from storage and the stage that limits.
+  struct InputStages {
+    double read = 0, decode = 0, augment = 0, assemble = 0;
+    double read_bytes_per_s = 0;
+    std::string limiting_stage;
+  };
+  std::optional<InputStages> input;
   // Further fields, appended after the fixed ones: key → JSON value text.
   std::vector<std::pair<std::string, std::string>> extra;
 };
@@ -41,7 +58,10 @@ inline constexpr const char* kRunSummarySchema = "cohort.run/1";
 //  "precision": …, "data": …, "batch_per_rank": …, "global_batch": …, "steps": …,
 //  "warmup_steps": …, "images_per_sec": {"median", "mean", "stderr", "jitter"},
 //  "time_fraction": {"data_wait", "comm_exposed", "compute"}, "epochs": …, "loss": …,
-//  "top1": … | null, "top5": … | null, "wall_s": …, extra…}
+//  "top1": … | null, "top5": … | null, "wall_s": …,
+//  ["variable_update": …, "workers": …, "servers": …, ["staleness": {"mean", "max"}]],
+//  ["input": {"cpu_s_per_image": {"read", "decode", "augment", "assemble", "total"},
+//             "read_bytes_per_s": …, "limiting_stage": …}], extra…}
 std::string run_summary_json(const RunSummary& s);
 
 }  // namespace cohort

@@ -75,7 +75,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(st
   Runtime& rt = model_->runtime();
   rt.check_open("creating an optimizer");
   check_precision(config_);
-  global_batch_ = config_.get_int("batch_size") * rt.size() * config_.get_int("backward_passes_per_step");
+  const Roles roles = Roles::from_config(config_, rt.size());
+  global_batch_ = roles.update_batch(config_.get_int("batch_size") * config_.get_int("backward_passes_per_step"));
   optimizer_ = std::make_unique<Optimizer>(OptimizerOptions::from_config(config_));
   // Two trainers on one runtime must not share collective names.
   const int index = rt.next_optimizer_index();
@@ -83,8 +84,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(st
   model_->materialize();
   std::vector<ParamGrad> params;
   for (const Parameter& p : model_->graph().params()) params.push_back({p.name, p.value, p.grad});
-  dist_ = std::make_unique<DistributedOptimizer>(*optimizer_, *comm_, std::move(params),
-                                                 DistributedOptions::from_config(config_));
+  exchange_ = make_exchange(
+      {rt.engine(), *comm_, index, *optimizer_, std::move(params), roles, DistributedOptions::from_config(config_)});
   // Validate the schedule's options now when the run's length is not needed for it.
   try {
     lr_schedule();
@@ -95,7 +96,7 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(st
   std::vector<Tensor> traced;
   for (const Parameter& p : model_->graph().params()) traced.push_back(p.value);
   trace_ = instrument::OptimizerTrace::make(config_, rt, std::move(traced));
-  hook_token_ = model_->set_grad_ready([this](size_t index) { dist_->gradient_ready(index); });
+  hook_token_ = model_->set_grad_ready([this](size_t index) { exchange_->gradient_ready(index); });
 }
 
 Trainer::~Trainer() { model_->clear_grad_ready(hook_token_); }
@@ -128,13 +129,13 @@ std::vector<NamedTensor> Trainer::model_tensors() const {
 
 void Trainer::broadcast(int root) {
   check_open();
-  dist_->broadcast_parameters(root);
+  exchange_->broadcast_parameters(root);
   for (const Parameter& s : model_->graph().states()) comm_->broadcast("state/" + s.name, s.value, root);
 }
 
 void Trainer::check_consistency() {
   check_open();
-  dist_->check_consistency();
+  exchange_->check_consistency();
 }
 
 StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_t valid) {
@@ -147,23 +148,25 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
   if (trace_) trace_->before_step(st.lr);
   st.images = rows;
   st.valid = valid;
+  st.step = optimizer_->steps();
+  if (!exchange_->info().worker) return st;  // a dedicated parameter server
   Graph& graph = model_->graph();
   graph.set_step(
-      static_cast<uint64_t>(optimizer_->steps() * dist_->options().backward_passes_per_step + dist_->pass()));
+      static_cast<uint64_t>(optimizer_->steps() * config_.get_int("backward_passes_per_step") + exchange_->pass()));
   if (valid > 0) {
     st.loss = model_->forward_backward(first_rows(images, valid), first_rows(labels, valid));
   } else {
     for (const Parameter& p : graph.params()) std::memset(p.grad.data(), 0, p.grad.nbytes());
   }
   st.compute_s = since(start);
-  comm_->take_wait_seconds();
+  exchange_->take_wait_seconds();
   const auto update_start = Clock::now();
-  const bool last_pass = dist_->step(st.lr);
-  st.comm_wait_s = comm_->take_wait_seconds();
+  const bool last_pass = exchange_->step(st.lr);
+  st.comm_wait_s = exchange_->take_wait_seconds();
   st.update_s = since(update_start) - st.comm_wait_s;
   graph.record_step(since(start), st.update_s);
   st.step = optimizer_->steps();
-  st.updated = last_pass && !dist_->last_step_skipped();
+  st.updated = last_pass && !exchange_->last_step_skipped();
   st.total_s = since(start);
   if (trace_) trace_->after_step(st.loss, valid, st.total_s);
   return st;
@@ -172,6 +175,7 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
 void Trainer::save_checkpoint(const std::string& dir, const RunPosition& position) {
   check_open();
   require(!dir.empty(), "dir is empty");
+  exchange_->gather();  // the servers' variables and optimizer state, on rank 0 too
   run_on_root_and_agree(*comm_, "checkpoint/save", 0, cat("save a checkpoint in '", dir, "'"), [&] {
     Checkpoint ck;
     ck.model = model_->name();

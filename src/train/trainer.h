@@ -17,6 +17,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "train/engine_collectives.h"
+#include "train/exchange.h"
 #include "train/instrument.h"
 #include "train/model.h"
 
@@ -59,12 +60,14 @@ RunPosition rescale_position(const RunPosition& position, const StepShape& saved
 
 class Trainer {
  public:
-  // Options from `config`: the optimizer, schedule and exchange keys, precision,
-  // batch_size (with the runtime's size for the global batch), seed and
-  // keep_checkpoints. Materializes the model and installs its gradient-ready hook.
-  // Not collective, but every rank creates the trainers of a runtime in the same
-  // order: their collectives are named by creation order ("grad/…", "grad1/…", …).
+  // Options from `config`: the optimizer, schedule and exchange keys, variable_update
+  // and the ps_* keys (variable_update.h), precision, batch_size (with the workers for
+  // the global batch), seed and keep_checkpoints. Materializes the model and installs
+  // its gradient-ready hook. Not collective, but every rank creates the trainers of a
+  // runtime in the same order: their collectives are named by creation order ("grad/…",
+  // "grad1/…", …). A parameter server starts serving its workers at once.
   Trainer(std::shared_ptr<Model> model, const Config& config);
+  // On a parameter server: waits until every worker's trainer is gone.
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
@@ -83,9 +86,12 @@ class Trainer {
   void check_consistency();
 
   // One step over the first `valid` rows of `images` [N, ...] and `labels` [N];
-  // collective on update passes. A rank without valid rows takes part with a zero
-  // gradient.
+  // collective on update passes (replicated; in the parameter-server modes it involves
+  // this worker and the servers only). A rank without valid rows takes part with a zero
+  // gradient. On a dedicated parameter server it does nothing (and reads no batch).
   StepStats train_step(const Tensor& images, const Tensor& labels, int64_t valid);
+  // What this rank does in its variable_update mode, and its server's counts.
+  ExchangeInfo exchange_info() const { return exchange_->info(); }
 
   // Collective: rank 0 writes a checkpoint into `dir` (created when missing), then
   // every rank learns whether it worked; a failure throws the same error on every rank.
@@ -112,7 +118,7 @@ class Trainer {
   int64_t steps_per_epoch_ = 0, total_steps_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<EngineCollectives> comm_;
-  std::unique_ptr<DistributedOptimizer> dist_;
+  std::unique_ptr<Exchange> exchange_;
   std::optional<LrSchedule> schedule_;
   uint64_t hook_token_ = 0;
   std::unique_ptr<instrument::OptimizerTrace> trace_;  // instrument_dir only

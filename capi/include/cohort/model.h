@@ -256,7 +256,9 @@ typedef struct cohort_eval_result_t {
  * Inference mode (no dropout, running batch-norm statistics). Every rank's pipeline
  * must yield the same number of batches (the pipeline guarantees it per epoch).
  * @param model     The model.
- * @param pipeline  The evaluation pipeline (e.g. `data_split=validation`, `augment=none`).
+ * @param pipeline  The evaluation pipeline (e.g. `data_split=validation`, `augment=none`);
+ *                  NULL on a rank without data (a dedicated parameter server), which then
+ *                  only takes part in the sum.
  * @param max_steps Batches to evaluate; 0 means one epoch.
  * @param result    Receives the result, identical on every rank; set its struct_size.
  * @return ::COHORT_OK or an error (bad shapes, label out of range, communication).

@@ -100,9 +100,18 @@ typedef struct cohort_pipeline_stats_t {
   double wait_fraction;      /**< wait_s / elapsed_s: above ~0.05 the step is input-bound. */
   double mean_ready_batches; /**< Batches already prepared when the caller asked (queue occupancy). */
   double mean_decode_queue;  /**< Samples waiting for a decode thread at those times. */
-  int64_t skipped; /**< Bad samples left out of the batches returned so far (`on_error=skip`); unlike `errors`,
-                        samples of prefetched batches do not count. Last field: a smaller, older struct_size
-                        leaves it out. */
+  int64_t skipped;       /**< Bad samples left out of the batches returned so far (`on_error=skip`); unlike `errors`,
+                              samples of prefetched batches do not count. */
+  double read_cpu_s;     /**< CPU seconds of the read stage (the readers' own CPU time). The four stages sum
+                              to the pipeline's CPU; divided by `decoded`, CPU seconds per image. */
+  double decode_cpu_s;   /**< CPU seconds decoding JPEGs. */
+  double augment_cpu_s;  /**< CPU seconds cropping, resizing, flipping, colour jitter and normalising. */
+  double assemble_cpu_s; /**< CPU seconds of the rest of batch assembly (padding, labels, hand-over). */
+  int64_t bytes_read;    /**< Bytes the readers took from storage (0 for data held in memory); divided by
+                              `elapsed_s`, the read rate. */
+  const char* limiting_stage; /**< "read", "decode", "augment" or "assemble": the stage that bounds the
+                                   pipeline's rate ("" before any image and for synthetic data); static text.
+                                   Fields a smaller, older struct_size leaves out are not written. */
 } cohort_pipeline_stats_t;
 
 /**
@@ -133,7 +142,9 @@ COHORT_API cohort_status_t cohort_pipeline_create(const cohort_runtime_t* runtim
  * @param model The model (borrowed for the call); gives the runtime too, which the
  *   pipeline keeps alive.
  * @param config Options (NULL = the runtime's); copied. Setting one of the three options
- *   above to another value than the model's is an error.
+ *   above to another value than the model's is an error. The data is sharded over the
+ *   ranks that compute: with `ps_dedicated` (cohort_optimizer_create()) the parameter
+ *   servers are left out, and creating a pipeline on one of them is an error.
  * @param[out] out Receives the pipeline, owned by the caller (cohort_pipeline_destroy()).
  * @return As cohort_pipeline_create(), and ::COHORT_ERR_INVALID_ARGUMENT (naming the
  *   dataset, the model and both values) for an option that disagrees with the model, a
@@ -199,7 +210,8 @@ COHORT_API cohort_status_t cohort_pipeline_stats(const cohort_pipeline_t* pipeli
 
 /**
  * @brief A one-line verdict the trainer can print, e.g. "input-bound: the step waited
- *        for data 43% of the time (...)".
+ *        for data 43% of the time; decode limits it (CPU per image: read … ms (3%),
+ *        decode … ms (71%), …)", naming the stage that limits.
  * @param pipeline The pipeline.
  * @param buffer Receives the NUL-terminated text; may be NULL when size is 0.
  * @param size Bytes available in buffer.

@@ -37,6 +37,15 @@ typedef struct cohort_optimizer_t cohort_optimizer_t;
 /**
  * @brief Creates the distributed optimizer of a model.
  *
+ * How gradients become updates is the `variable_update` option, as tf_cnn_benchmarks
+ * spells it: `replicated` (the default: allreduce during backward, every rank applies the
+ * averaged update), `parameter_server` (workers push gradients to the ranks holding the
+ * variables, `ps_ranks` of them, and pull the updated variables back: one averaged update
+ * per step), `async_parameter_server` (each push is applied as it comes; a worker never
+ * waits for the others, up to `ps_max_lead` steps apart) or `independent` (no exchange:
+ * one model per rank). With `ps_dedicated` the server ranks (the last `ps_ranks`) compute
+ * nothing: see cohort_optimizer_info(). A parameter server serves from a thread of its
+ * own from creation on.
  * Options come from @p config (NULL: the runtime's configuration): `optimizer`
  * (sgd|momentum|nesterov|adam|adamw|lars), `lr`, `momentum`, `weight_decay`,
  * `adam_beta1`, `adam_beta2`, `adam_epsilon`, `lars_eta`, `lr_schedule`,
@@ -64,7 +73,9 @@ COHORT_API cohort_status_t cohort_optimizer_create(cohort_model_t* model, const 
 
 /**
  * @brief Destroys an optimizer, removes its gradient-ready callback from the model and
- * releases its reference to the model. Not collective.
+ * releases its reference to the model. Not collective, but in the parameter-server modes
+ * a server rank's call returns only once every worker has destroyed its optimizer (or the
+ * runtime has stopped): destroy optimizers before their runtime.
  * @param optimizer The optimizer; NULL is a no-op.
  */
 COHORT_API void cohort_optimizer_destroy(cohort_optimizer_t* optimizer);
@@ -110,6 +121,33 @@ COHORT_API cohort_status_t cohort_optimizer_broadcast(cohort_optimizer_t* optimi
  */
 COHORT_API cohort_status_t cohort_optimizer_check_consistency(cohort_optimizer_t* optimizer);
 
+/** @brief What a rank does in its `variable_update` mode (filled by cohort_optimizer_info()). */
+typedef struct cohort_optimizer_info_t {
+  size_t struct_size;          /**< Set by the caller to sizeof(cohort_optimizer_info_t). */
+  const char* variable_update; /**< "replicated", "parameter_server", "async_parameter_server" or
+                                    "independent" (static text). */
+  int worker;                  /**< 1 when this rank computes gradients (and reads data); 0 on a
+                                    dedicated parameter server (`ps_dedicated`). */
+  int server;                  /**< 1 when this rank holds variables (parameter-server modes). */
+  int workers;                 /**< Ranks that compute. */
+  int servers;                 /**< Ranks that hold variables (0 outside the parameter-server modes). */
+  int64_t worker_index;        /**< This rank among the workers (its data shard); -1 on a dedicated server. */
+  int64_t updates;             /**< Updates this rank's server has applied (0 when it holds none). */
+  double staleness_sum;        /**< Over those updates: how many updates the variables had moved since the
+                                    pushing worker pulled them (always 0 with `parameter_server`). */
+  int64_t staleness_max;       /**< The most of them; at most (workers - 1) x (2 x `ps_max_lead` + 1). */
+} cohort_optimizer_info_t;
+
+/**
+ * @brief What this rank does in the optimizer's `variable_update` mode, and what its
+ * parameter server (if any) has done so far. Not collective: sum or take the maximum
+ * over ranks (cohort_allreduce()) for the run's figures.
+ * @param optimizer The optimizer.
+ * @param info      Receives it; set its struct_size.
+ * @return ::COHORT_OK or ::COHORT_ERR_INVALID_ARGUMENT.
+ */
+COHORT_API cohort_status_t cohort_optimizer_info(const cohort_optimizer_t* optimizer, cohort_optimizer_info_t* info);
+
 /** @brief What one training step did (filled by cohort_optimizer_train_step()). */
 typedef struct cohort_train_stats_t {
   size_t struct_size; /**< Set by the caller to sizeof(cohort_train_stats_t). */
@@ -134,10 +172,13 @@ typedef struct cohort_train_stats_t {
  *
  * Padded samples (rows past @p batch->valid) are not part of the loss or the gradient.
  * A rank whose batch has no valid sample still takes part with a zero gradient.
- * Collective on update passes: every rank calls it the same number of times.
+ * Collective on update passes with `variable_update=replicated`: every rank calls it the
+ * same number of times. In the parameter-server modes a step involves this worker and
+ * the servers only, and on a dedicated server (cohort_optimizer_info() worker = 0) it
+ * does nothing. With `independent` it involves no other rank.
  * @param optimizer The optimizer.
  * @param batch     Borrowed for the call: f32 images in the model's layout, int32 labels;
- *                  set its struct_size.
+ *                  set its struct_size. May be NULL on a dedicated parameter server.
  * @param stats     Receives what the step did (may be NULL); set its struct_size.
  * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for shapes;
  *         communication errors (::COHORT_ERR_MPI, ::COHORT_ERR_PEER_LOST, …), among them
@@ -281,6 +322,17 @@ typedef struct cohort_run_summary_t {
   double top5;                          /**< Top-5 accuracy in [0, 1]. */
   double wall_s;                        /**< Seconds of the whole run. */
   const char* extra_json;               /**< NULL, or further `"key": value` pairs appended as written. */
+  const char* variable_update;          /**< NULL, or the mode (cohort_optimizer_info()): written with
+                                             "workers" and "servers" after "wall_s". */
+  int64_t workers;                      /**< With variable_update: ranks that compute. */
+  int64_t servers;                      /**< With variable_update: ranks that hold variables. */
+  int has_staleness;                    /**< 1: "staleness": {"mean", "max"} is written too. */
+  double staleness_mean;                /**< Updates behind per applied gradient, over all servers. */
+  int64_t staleness_max;                /**< The most updates behind. */
+  const cohort_pipeline_stats_t* input; /**< NULL, or the training pipeline's statistics (summed over
+                                             ranks if you like): written as "input": {"cpu_s_per_image":
+                                             {"read", "decode", "augment", "assemble", "total"},
+                                             "read_bytes_per_s", "limiting_stage"}. Borrowed for the call. */
 } cohort_run_summary_t;
 
 /**
@@ -294,6 +346,61 @@ typedef struct cohort_run_summary_t {
  */
 COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* summary, char* buffer, size_t size,
                                                    size_t* needed);
+
+/** @brief A run's log in files that tools read: TensorBoard event files and a per-step CSV. */
+typedef struct cohort_run_log_t cohort_run_log_t;
+
+/** @brief One training step, as a run log records it (cohort_run_log_step()). */
+typedef struct cohort_step_record_t {
+  size_t struct_size;    /**< Set by the caller to sizeof(cohort_step_record_t). */
+  int64_t step;          /**< Steps done, this one included. */
+  double epoch;          /**< Epochs done (fractional). */
+  double loss;           /**< Loss of the step. */
+  double lr;             /**< Learning rate of the step. */
+  double step_s;         /**< Wall time of the step. */
+  double data_wait_s;    /**< Part of it waiting for the input pipeline. */
+  double comm_exposed_s; /**< Part of it waiting for communication that backward did not hide. */
+  double images;         /**< Images of the step on all ranks (for images/sec). */
+} cohort_step_record_t;
+
+/**
+ * @brief Opens the logs that the options `tensorboard_dir` and `log_csv` name.
+ *
+ * `tensorboard_dir` (created when missing) receives an event file
+ * `events.out.tfevents.<seconds>.<host>.<pid>`: TFRecord-framed tensorflow.Event
+ * records with the scalars `loss`, `learning_rate`, `images_per_sec` and
+ * `data_wait_fraction` per step and `eval/top1`, `eval/top5`, `eval/loss` per
+ * evaluation, which TensorBoard reads (also while the run goes on). `log_csv` receives
+ * the header `step,epoch,loss,lr,step_time_s,data_wait_s,comm_exposed_s,images_per_sec`
+ * and one line per step. Only rank 0 writes: on other ranks the log records nothing.
+ * @param runtime Gives the rank (NULL: rank 0).
+ * @param config  Options (NULL: the runtime's, or the defaults without one); read once.
+ * @param out     Receives the log, owned by the caller (cohort_run_log_destroy()).
+ * @return ::COHORT_OK, or ::COHORT_ERR_IO naming the directory or file that cannot be
+ *         created. Not collective.
+ */
+COHORT_API cohort_status_t cohort_run_log_create(const cohort_runtime_t* runtime, const cohort_config_t* config,
+                                                 cohort_run_log_t** out);
+
+/** @brief Closes the log's files. @param log The log; NULL is a no-op. */
+COHORT_API void cohort_run_log_destroy(cohort_run_log_t* log);
+
+/**
+ * @brief Records one step (a TensorBoard event and a CSV line).
+ * @param log    The log.
+ * @param record The step; set its struct_size.
+ * @return ::COHORT_OK, or ::COHORT_ERR_IO naming the file a write failed on.
+ */
+COHORT_API cohort_status_t cohort_run_log_step(cohort_run_log_t* log, const cohort_step_record_t* record);
+
+/**
+ * @brief Records an evaluation at @p step (TensorBoard's eval/top1, eval/top5, eval/loss).
+ * @param log    The log.
+ * @param step   The training step it follows.
+ * @param result What cohort_model_evaluate() gave.
+ * @return ::COHORT_OK, or ::COHORT_ERR_IO naming the file a write failed on.
+ */
+COHORT_API cohort_status_t cohort_run_log_eval(cohort_run_log_t* log, int64_t step, const cohort_eval_result_t* result);
 
 #ifdef __cplusplus
 }

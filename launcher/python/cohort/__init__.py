@@ -5,6 +5,9 @@
     summary = cohort.run(np=2, program="cohort-train", args=["--model=trivial"])
     rows = cohort.sweep(np=[1, 2, 4], program="cohort-train", args=["--model=trivial"])
     cohort.plot_scaling_efficiency(rows)
+    rows = cohort.sweep(np=[1, 2], program="cohort-train", over={"batch_size": [32, 64, 128]})
+    cohort.plot_throughput(rows)   # images/sec against the batch size, a line per rank count
+    cohort.plot_scaling(rows)      # images/sec against ranks, with linear scaling dashed
 
     with cohort.Runtime() as rt:                     # the binding (ctypes over libcohort)
         model = cohort.Model(rt, "mnist_cnn")
@@ -27,12 +30,14 @@ from .errors import (CancelledError, CohortError, CohortIOError, CorruptDataErro
 from .launch import (CohortRunError, find_cohortrun, find_program, format_table, is_summary_line, options_to_args,
                      run, sweep)
 from . import labs
-from .plots import plot_bandwidth, plot_ratio, plot_real_vs_synthetic, plot_scaling_efficiency
+from .plots import (plot_bandwidth, plot_ratio, plot_real_vs_synthetic, plot_scaling, plot_scaling_efficiency,
+                    plot_throughput)
 
 __all__ = [
     # the notebook helper
     "CohortRunError", "find_cohortrun", "find_program", "format_table", "is_summary_line", "options_to_args", "run", "sweep",
-    "plot_bandwidth", "plot_ratio", "plot_real_vs_synthetic", "plot_scaling_efficiency", "labs",
+    "plot_bandwidth", "plot_ratio", "plot_real_vs_synthetic", "plot_scaling", "plot_scaling_efficiency",
+    "plot_throughput", "labs",
     # the binding
     "Batch", "Config", "Metrics", "Model", "Optimizer", "Parameter", "Pipeline", "Record", "Request", "Runtime",
     "ManagedTensor", "TensorView", "LibraryNotFound", "build_info", "data_inspect", "data_pack", "data_verify",

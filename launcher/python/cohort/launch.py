@@ -169,17 +169,28 @@ def run(np, program, args=(), *, hosts=None, hostfile=None, settings=None, env=N
     return json.loads(_untagged(found[-1])) if found else None
 
 
-def sweep(np, program, args=(), *, hosts=None, hostfile=None, settings=None, env=None, mpi_args=None,
-          nccl_debug=None, out=None, echo=True, check=True, cohortrun=None):
-    """Runs ``cohortrun sweep -np N1,N2,…`` and returns the scaling table as a list of
-    dicts (ranks, images_per_sec, speedup, efficiency, exit_status, error, summary).
+def _setting_text(value):
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
+
+def sweep(np, program, args=(), *, over=None, hosts=None, hostfile=None, settings=None, env=None, mpi_args=None,
+          nccl_debug=None, out=None, echo=True, check=True, cohortrun=None):
+    """Runs ``cohortrun sweep -np N1,N2,… [--over KEY=V1,V2,…]…`` and returns its table as a
+    list of dicts (ranks, settings, images_per_sec, speedup, efficiency, loss, top1,
+    status, exit_status, error, summary), one per run of the cross product.
+
+    ``over`` maps library settings to the values to sweep ({"batch_size": [32, 64]});
+    speedup and efficiency compare each run with the smallest size of the same settings.
     ``out`` is the prefix of the CSV and JSON files cohortrun writes (a temporary one
-    when None). Raises CohortRunError when a size failed and ``check`` is true."""
+    when None). A failed run is a row with status "failed"; with ``check`` true the call
+    then raises CohortRunError after the whole sweep."""
     sizes = ",".join(str(n) for n in (np if isinstance(np, (list, tuple)) else [np]))
     with tempfile.TemporaryDirectory() as scratch:
         prefix = str(out) if out else os.path.join(scratch, "sweep")
         command = [cohortrun or find_cohortrun(), "sweep", "-np", sizes, "--sweep-out", prefix]
+        for key, values in (over or {}).items():
+            values = values if isinstance(values, (list, tuple)) else [values]
+            command += ["--over", f"{key}=" + ",".join(_setting_text(v) for v in values)]
         command += _launcher_args(hosts, hostfile, settings, env, mpi_args, nccl_debug, False, None, False)
         command += ["--", str(program)] + [str(a) for a in args]
         status, tail = _stream(command, echo)
@@ -193,12 +204,15 @@ def sweep(np, program, args=(), *, hosts=None, hostfile=None, settings=None, env
 
 
 def format_table(rows):
-    """The scaling table as text, as cohortrun sweep prints it."""
-    lines = ["ranks  images/sec   speedup  efficiency"]
+    """The sweep's table as text, as cohortrun sweep prints it (a column per swept setting)."""
+    keys = list((rows[0].get("settings") or {}) if rows else {})
+    widths = [max([len(k)] + [len(str((r.get("settings") or {}).get(k, ""))) for r in rows]) for k in keys]
+    lines = ["ranks" + "".join(f"  {k:<{w}}" for k, w in zip(keys, widths)) + "  images/sec   speedup  efficiency"]
     for r in rows:
+        cells = "".join(f"  {str((r.get('settings') or {}).get(k, '')):<{w}}" for k, w in zip(keys, widths))
         if r.get("images_per_sec") is None:
-            lines.append(f"{r['ranks']:5d}  {'-':>10}  {'-':>8}  {'-':>10}  ({r.get('error')})")
+            lines.append(f"{r['ranks']:5d}{cells}  {'-':>10}  {'-':>8}  {'-':>10}  (failed: {r.get('error')})")
         else:
-            lines.append(f"{r['ranks']:5d}  {r['images_per_sec']:10.1f}  {r['speedup']:7.2f}x  "
+            lines.append(f"{r['ranks']:5d}{cells}  {r['images_per_sec']:10.1f}  {r['speedup']:7.2f}x  "
                          f"{100 * r['efficiency']:9.1f}%")
     return "\n".join(lines)

@@ -1,6 +1,9 @@
 """The labs' figures: real-data vs synthetic images/sec per model (equal axes), the
-real/synthetic ratio per model, scaling efficiency by rank count, and bus bandwidth by
-message size. Each helper draws on ``ax`` (a new figure when None) and returns the Axes."""
+real/synthetic ratio per model, scaling efficiency by rank count, bus bandwidth by
+message size, and from a sweep's rows (cohort.sweep) the throughput-saturation plot
+(images/sec against a swept setting such as the batch size) and the scaling plot
+(images/sec against ranks). Each helper draws on ``ax`` (a new figure when None) and
+returns the Axes."""
 
 
 def _axes(ax, size=(5, 5)):
@@ -90,6 +93,63 @@ def plot_bandwidth(rows, ax=None, title="Allreduce bus bandwidth"):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size, bytes")
     ax.set_ylabel("bus bandwidth, GB/s")
+    ax.set_title(title)
+    ax.legend()
+    return ax
+
+
+def _number(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _series(rows, by):
+    """Rows that have a rate, grouped by the value of `by` (a key or a function of a row)."""
+    groups = {}
+    for r in rows:
+        if r.get("images_per_sec") is None:
+            continue
+        groups.setdefault(by(r), []).append(r)
+    return groups
+
+
+def plot_throughput(rows, setting="batch_size", ax=None, title=None):
+    """The throughput-saturation plot: images/sec against a swept setting (the batch
+    size by default), a line per rank count. rows: cohort.sweep(..., over={setting: ...}).
+    Failed runs are left out."""
+    ax = _axes(ax, (6, 4))
+    for ranks, table in sorted(_series(rows, lambda r: r["ranks"]).items()):
+        points = sorted((_number(r["settings"][setting]), r["images_per_sec"]) for r in table
+                        if _number((r.get("settings") or {}).get(setting)) is not None)
+        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                label=f"{ranks} rank{'s' if ranks != 1 else ''}")
+    if setting == "batch_size":
+        ax.set_xscale("log", base=2)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(setting.replace("_", " ") + (" per rank" if setting == "batch_size" else ""))
+    ax.set_ylabel("images/sec")
+    ax.set_title(title or f"Throughput against {setting.replace('_', ' ')}")
+    ax.legend()
+    return ax
+
+
+def plot_scaling(rows, ax=None, title="Scaling"):
+    """The scaling plot: images/sec against ranks, a line per combination of swept
+    settings, each with its ideal (linear from its smallest size). rows: cohort.sweep."""
+    ax = _axes(ax, (6, 4))
+    key = lambda r: ", ".join(f"{k}={v}" for k, v in (r.get("settings") or {}).items()) or "measured"
+    for label, table in _series(rows, key).items():
+        table = sorted(table, key=lambda r: r["ranks"])
+        line, = ax.plot([r["ranks"] for r in table], [r["images_per_sec"] for r in table], marker="o", label=label)
+        base = table[0]
+        ideal = [base["images_per_sec"] * r["ranks"] / base["ranks"] for r in table]
+        ax.plot([r["ranks"] for r in table], ideal, linestyle="--", linewidth=1, color=line.get_color())
+    ax.set_xticks(sorted({r["ranks"] for r in rows}))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("ranks")
+    ax.set_ylabel("images/sec (dashed: linear scaling)")
     ax.set_title(title)
     ax.legend()
     return ax

@@ -38,6 +38,53 @@ void LocalWorld::abort() {
   cv_.notify_all();
 }
 
+void LocalWorld::deliver(int source, int dest, int tag, const void* buf, size_t bytes) {
+  const auto* p = static_cast<const unsigned char*>(buf);
+  std::lock_guard lock(board_mu_);
+  board_[dest].push_back({source, tag, std::vector<unsigned char>(p, p + bytes)});
+}
+
+bool LocalWorld::take(int source, int dest, int tag, void* buf, size_t capacity, size_t* bytes) {
+  std::lock_guard lock(board_mu_);
+  std::deque<Message>& box = board_[dest];
+  for (auto it = box.begin(); it != box.end(); ++it) {
+    if (it->source != source || it->tag != tag) continue;
+    if (it->bytes.size() > capacity) {
+      const size_t size = it->bytes.size();
+      box.erase(it);  // as MPI does: the receive fails and the message is gone
+      fail(Code::kMismatch, "a message of ", size, " bytes from rank ", source, " (tag ", tag, ") does not fit in the ",
+           capacity, "-byte receive");
+    }
+    if (!it->bytes.empty()) std::memcpy(buf, it->bytes.data(), it->bytes.size());
+    if (bytes) *bytes = it->bytes.size();
+    box.erase(it);
+    return true;
+  }
+  return false;
+}
+
+uint64_t LocalTransport::post_send(int peer, int tag, const void* buf, size_t bytes) {
+  world_->deliver(rank_, peer, tag, buf, bytes);
+  return 0;  // complete already
+}
+
+uint64_t LocalTransport::post_recv(int peer, int tag, void* buf, size_t bytes) {
+  receives_.emplace(next_handle_, Receive{peer, tag, buf, bytes});
+  return next_handle_++;
+}
+
+bool LocalTransport::test(uint64_t handle, size_t* bytes) {
+  auto it = receives_.find(handle);
+  if (it == receives_.end()) return true;  // a send
+  // Receives from one source with one tag match in posting order.
+  for (auto earlier = receives_.begin(); earlier != it; ++earlier)
+    if (earlier->second.source == it->second.source && earlier->second.tag == it->second.tag) return false;
+  const Receive& r = it->second;
+  if (!world_->take(r.source, rank_, r.tag, r.buf, r.capacity, bytes)) return false;
+  receives_.erase(it);
+  return true;
+}
+
 void LocalTransport::and_words(std::vector<uint64_t>& words) {
   world_->publish(rank_, &words);
   std::vector<uint64_t> result = words;

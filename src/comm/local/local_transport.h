@@ -4,6 +4,8 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -24,6 +26,13 @@ class LocalWorld {
   // Wakes every waiter with an error (used when a test abandons a rank).
   void abort();
 
+  // Point-to-point messages: a send is copied here at once; a receive takes the oldest
+  // message from `source` with `tag` addressed to `dest`, if there is one.
+  void deliver(int source, int dest, int tag, const void* buf, size_t bytes);
+  // Copies the message into buf and returns true (its size in *bytes); false when none
+  // is there yet. Throws kMismatch when it does not fit in `capacity` bytes.
+  bool take(int source, int dest, int tag, void* buf, size_t capacity, size_t* bytes);
+
  private:
   int size_;
   std::mutex mu_;
@@ -32,6 +41,13 @@ class LocalWorld {
   uint64_t generation_ = 0;
   bool aborted_ = false;
   std::vector<const void*> slots_;
+
+  struct Message {
+    int source, tag;
+    std::vector<unsigned char> bytes;
+  };
+  std::mutex board_mu_;
+  std::map<int, std::deque<Message>> board_;  // by destination
 };
 
 class LocalTransport final : public Transport {
@@ -54,9 +70,23 @@ class LocalTransport final : public Transport {
   void barrier() override { world_->barrier(); }
   void abort_waits() override { world_->abort(); }
 
+  bool supports_p2p() const override { return true; }
+  int max_tag() const override { return 0x7fffffff; }
+  uint64_t post_send(int peer, int tag, const void* buf, size_t bytes) override;
+  uint64_t post_recv(int peer, int tag, void* buf, size_t bytes) override;
+  bool test(uint64_t handle, size_t* bytes) override;
+  void cancel(uint64_t handle) override { receives_.erase(handle); }
+
  private:
   std::shared_ptr<LocalWorld> world_;
   int rank_;
+  struct Receive {
+    int source, tag;
+    void* buf;
+    size_t capacity;
+  };
+  std::map<uint64_t, Receive> receives_;  // posted, in posting order
+  uint64_t next_handle_ = 1;
 };
 
 }  // namespace cohort::comm

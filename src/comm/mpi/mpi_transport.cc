@@ -46,6 +46,11 @@ MpiTransport::MpiTransport(MPI_Comm parent, size_t chunk_bytes, size_t window, s
   mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
   create_ops<kernels::F16Codec>(half_ops_[0]);
   create_ops<kernels::BF16Codec>(half_ops_[1]);
+  mpi_check(MPI_Comm_dup(comm_, &p2p_), "MPI_Comm_dup (point-to-point messages)");
+  MPI_Comm_set_errhandler(p2p_, MPI_ERRORS_RETURN);
+  int* tag_ub = nullptr;
+  int found = 0;
+  if (MPI_Comm_get_attr(p2p_, MPI_TAG_UB, &tag_ub, &found) == MPI_SUCCESS && found && tag_ub) tag_ub_ = *tag_ub;
   if (shm_slot_bytes > 0 && size_ > 1) map_shared_segment(shm_slot_bytes);
 }
 
@@ -100,6 +105,11 @@ MpiTransport::~MpiTransport() {
   shm_.reset();
   if (shm_window_ != MPI_WIN_NULL) MPI_Win_free(&shm_window_);
   if (cross_ != MPI_COMM_NULL) MPI_Comm_free(&cross_);
+  for (auto& [handle, p] : posted_) {
+    if (!p.send) MPI_Cancel(&p.request);
+    MPI_Request_free(&p.request);
+  }
+  if (p2p_ != MPI_COMM_NULL) MPI_Comm_free(&p2p_);
   for (auto& row : half_ops_)
     for (MPI_Op& op : row)
       if (op != MPI_OP_NULL && op != MPI_Op{}) MPI_Op_free(&op);
@@ -269,6 +279,55 @@ void MpiTransport::barrier() {
   MPI_Request req;
   mpi_check(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier");
   wait(req, "MPI_Ibarrier");
+}
+
+uint64_t MpiTransport::post_send(int peer, int tag, const void* buf, size_t bytes) {
+  Posted p{MPI_REQUEST_NULL, true};
+  mpi_check(MPI_Isend(buf, to_int(bytes, "message"), MPI_BYTE, peer, tag, p2p_, &p.request), "MPI_Isend");
+  posted_.emplace(next_handle_, p);
+  return next_handle_++;
+}
+
+uint64_t MpiTransport::post_recv(int peer, int tag, void* buf, size_t bytes) {
+  Posted p{MPI_REQUEST_NULL, false};
+  mpi_check(MPI_Irecv(buf, to_int(bytes, "message"), MPI_BYTE, peer, tag, p2p_, &p.request), "MPI_Irecv");
+  posted_.emplace(next_handle_, p);
+  return next_handle_++;
+}
+
+bool MpiTransport::test(uint64_t handle, size_t* bytes) {
+  auto it = posted_.find(handle);
+  require(it != posted_.end(), "point-to-point handle ", handle, " is not posted");
+  int done = 0;
+  MPI_Status status;
+  const int rc = MPI_Test(&it->second.request, &done, &status);
+  if (rc != MPI_SUCCESS) {
+    const bool send = it->second.send;
+    posted_.erase(it);
+    int error_class = 0;
+    MPI_Error_class(rc, &error_class);
+    // A message longer than its receive fails that receive only.
+    if (error_class == MPI_ERR_TRUNCATE) fail(Code::kMismatch, "MPI_Irecv: ", mpi_error_text(rc));
+    mpi_check(rc, send ? "MPI_Isend" : "MPI_Irecv");
+  }
+  if (!done) return false;
+  if (!it->second.send && bytes) {
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    *bytes = static_cast<size_t>(count);
+  }
+  posted_.erase(it);
+  return true;
+}
+
+void MpiTransport::cancel(uint64_t handle) {
+  auto it = posted_.find(handle);
+  if (it == posted_.end()) return;
+  // A receive nobody matched is withdrawn at once; a send already on its way is left to
+  // finish on its own (freeing the request does not stop it).
+  if (!it->second.send) MPI_Cancel(&it->second.request);
+  MPI_Request_free(&it->second.request);
+  posted_.erase(it);
 }
 
 }  // namespace cohort::comm

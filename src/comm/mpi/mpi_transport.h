@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <unordered_map>
 
 #include "comm/shm/shm_allreduce.h"
 #include "comm/transport.h"
@@ -46,6 +47,14 @@ class MpiTransport final : public Transport {
                       kernels::Reduce op) override;
   void barrier() override;
   void abort_waits() override;
+  // Point to point over a communicator of their own, so they never match the engine's
+  // collectives.
+  bool supports_p2p() const override { return true; }
+  int max_tag() const override { return tag_ub_; }
+  uint64_t post_send(int peer, int tag, const void* buf, size_t bytes) override;
+  uint64_t post_recv(int peer, int tag, void* buf, size_t bytes) override;
+  bool test(uint64_t handle, size_t* bytes) override;
+  void cancel(uint64_t handle) override;
   // Whether allreduces go through the shared-memory segment, and whether they then also
   // cross nodes (hierarchical).
   bool uses_shm() const { return shm_ != nullptr; }
@@ -70,6 +79,14 @@ class MpiTransport final : public Transport {
   MPI_Win shm_window_ = MPI_WIN_NULL;
   std::unique_ptr<ShmAllreduce> shm_;
   MPI_Comm cross_ = MPI_COMM_NULL;  // this local rank on every node (hierarchical only)
+  MPI_Comm p2p_ = MPI_COMM_NULL;    // point-to-point messages
+  int tag_ub_ = 32767;
+  struct Posted {
+    MPI_Request request;
+    bool send;
+  };
+  std::unordered_map<uint64_t, Posted> posted_;
+  uint64_t next_handle_ = 1;
 };
 
 }  // namespace cohort::comm

@@ -295,6 +295,9 @@ static void bad_images_skip_or_fail_and_tools_report_them(void** state) {
   assert_int_equal(cohort_pipeline_stats(p, &st), COHORT_OK);
   assert_int_equal(st.skipped, 1);
   assert_int_equal(st.images, 0);
+  /* The bad JPEG was read from storage and failed while decoding: both stages count. */
+  assert_true(st.bytes_read > 0 && st.read_cpu_s > 0 && st.decode_cpu_s > 0);
+  assert_non_null(st.limiting_stage);
   /* A struct from before `skipped` was appended is filled up to its size only. */
   cohort_pipeline_stats_t old;
   memset(&old, 0x5a, sizeof old);

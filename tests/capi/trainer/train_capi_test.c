@@ -98,6 +98,77 @@ static void optimizer_errors(void** state) {
   cohort_config_destroy(cfg);
 }
 
+/* variable_update on one rank: each mode's roles, a parameter server that is also the
+ * worker (messages to itself) learning as replicated does, and the modes' errors. */
+static void variable_update_modes(void** state) {
+  (void)state;
+  const char* modes[] = {"replicated", "parameter_server", "async_parameter_server", "independent"};
+  float after[4] = {0};
+  for (int k = 0; k < 4; ++k) {
+    cohort_config_t* cfg = config();
+    assert_int_equal(cohort_config_set(cfg, "variable_update", modes[k]), COHORT_OK);
+    cohort_model_t* m = model(cfg);
+    cohort_optimizer_t* opt = NULL;
+    assert_int_equal(cohort_optimizer_create(m, cfg, &opt), COHORT_OK);
+    cohort_optimizer_info_t info = {.struct_size = sizeof info};
+    assert_int_equal(cohort_optimizer_info(opt, &info), COHORT_OK);
+    assert_string_equal(info.variable_update, modes[k]);
+    const int ps = k == 1 || k == 2;
+    assert_true(info.worker == 1 && info.server == ps && info.workers == 1 && info.servers == ps &&
+                info.worker_index == 0 && info.updates == 0);
+    batch_t bt;
+    make_batch(&bt, 8, 8);
+    for (int step = 0; step < 3; ++step) assert_int_equal(cohort_optimizer_train_step(opt, &bt.b, NULL), COHORT_OK);
+    assert_int_equal(cohort_optimizer_info(opt, &info), COHORT_OK);
+    assert_true(info.updates == (ps ? 3 : 0) && info.staleness_max == 0 && info.staleness_sum == 0);
+    DLTensor w;
+    assert_int_equal(cohort_model_param(m, 0, NULL, &w, NULL), COHORT_OK);
+    after[k] = ((const float*)w.data)[0];
+    assert_int_equal(cohort_optimizer_check_consistency(opt), COHORT_OK);
+    /* Only a dedicated server may step without a batch. */
+    assert_error(cohort_optimizer_train_step(opt, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT,
+                 "cohort_optimizer_train_step", "batch");
+    cohort_optimizer_destroy(opt);
+    cohort_model_destroy(m);
+    cohort_config_destroy(cfg);
+  }
+  /* One rank: every mode takes the same steps. */
+  for (int k = 1; k < 4; ++k) assert_true(after[k] == after[0]);
+
+  cohort_config_t* cfg = config();
+  cohort_model_t* m = model(cfg);
+  cohort_optimizer_t* opt = NULL;
+  assert_int_equal(cohort_config_set(cfg, "variable_update", "parameter_server"), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "ps_dedicated", "true"), COHORT_OK);
+  assert_error(cohort_optimizer_create(m, cfg, &opt), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_create",
+               "leaves no rank to compute");
+  assert_int_equal(cohort_config_set(cfg, "ps_dedicated", "false"), COHORT_OK);
+  assert_int_equal(cohort_config_set_int(cfg, "ps_ranks", 2), COHORT_OK);
+  assert_error(cohort_optimizer_create(m, cfg, &opt), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_create",
+               "ps_ranks=2 is more than");
+  assert_int_equal(cohort_config_set_int(cfg, "ps_ranks", 1), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "compression", "f16"), COHORT_OK);
+  assert_error(cohort_optimizer_create(m, cfg, &opt), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_create",
+               "compression=f16");
+  assert_error(cohort_config_set(cfg, "variable_update", "distributed_all_reduce"), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_config_set", "replicated|parameter_server|async_parameter_server|independent");
+  cohort_optimizer_info_t info = {.struct_size = sizeof info};
+  assert_error(cohort_optimizer_info(NULL, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_info", "optimizer");
+  assert_int_equal(cohort_config_set(cfg, "compression", "none"), COHORT_OK);
+  assert_int_equal(cohort_optimizer_create(m, cfg, &opt), COHORT_OK);
+  assert_error(cohort_optimizer_info(opt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_info", "info");
+  info.struct_size = 4;
+  assert_error(cohort_optimizer_info(opt, &info), COHORT_ERR_INVALID_ARGUMENT, "cohort_optimizer_info", "struct_size");
+  /* One field smaller (an older header): accepted, and staleness_max, beyond it, untouched. */
+  info.struct_size = offsetof(cohort_optimizer_info_t, staleness_max);
+  info.staleness_max = -7;
+  assert_int_equal(cohort_optimizer_info(opt, &info), COHORT_OK);
+  assert_true(info.server == 1 && info.staleness_max == -7);
+  cohort_optimizer_destroy(opt);
+  cohort_model_destroy(m);
+  cohort_config_destroy(cfg);
+}
+
 static void train_step_learns_and_checks(void** state) {
   (void)state;
   cohort_config_t* cfg = config();
@@ -455,6 +526,72 @@ static void metrics_and_summary(void** state) {
   assert_int_equal(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_OK);
   assert_null(strstr(buf, "note"));
   assert_non_null(strstr(buf, "\"wall_s\": 0}"));
+  /* The variable_update mode, and the staleness of an asynchronous parameter server. */
+  s.struct_size = sizeof s;
+  s.extra_json = NULL;
+  s.variable_update = "async_parameter_server";
+  s.workers = 3;
+  s.servers = 1;
+  s.has_staleness = 1;
+  s.staleness_mean = 1.5;
+  s.staleness_max = 4;
+  assert_int_equal(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_OK);
+  assert_non_null(strstr(buf,
+                         "\"wall_s\": 0, \"variable_update\": \"async_parameter_server\", \"workers\": 3, "
+                         "\"servers\": 1, \"staleness\": {\"mean\": 1.5, \"max\": 4}}"));
+}
+
+/* The run log: files where the options say, none otherwise, and every error path. */
+static void run_log(void** state) {
+  (void)state;
+  cohort_run_log_t* log = (cohort_run_log_t*)1;
+  assert_error(cohort_run_log_create(NULL, NULL, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_create", "out");
+  assert_int_equal(cohort_run_log_create(NULL, NULL, &log), COHORT_OK); /* no file named: records nothing */
+  cohort_step_record_t rec = {.struct_size = sizeof rec, .step = 1, .loss = 2.5, .lr = 0.1, .step_s = 0.5, .images = 8};
+  assert_int_equal(cohort_run_log_step(log, &rec), COHORT_OK);
+  cohort_run_log_destroy(log);
+  cohort_run_log_destroy(NULL);
+
+  char dir[] = "/tmp/cohort_run_log_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  char tb[600], csv[600];
+  snprintf(tb, sizeof tb, "%s/tb", dir);
+  snprintf(csv, sizeof csv, "%s/steps.csv", dir);
+  cohort_config_t* cfg = config();
+  assert_int_equal(cohort_config_set(cfg, "tensorboard_dir", tb), COHORT_OK);
+  assert_int_equal(cohort_config_set(cfg, "log_csv", csv), COHORT_OK);
+  assert_int_equal(cohort_run_log_create(g_rt, cfg, &log), COHORT_OK);
+  assert_int_equal(cohort_run_log_step(log, &rec), COHORT_OK);
+  cohort_eval_result_t ev = {.struct_size = sizeof ev, .samples = 10, .top1 = 0.5, .top5 = 0.9, .loss = 1.0};
+  assert_int_equal(cohort_run_log_eval(log, 1, &ev), COHORT_OK);
+  assert_error(cohort_run_log_step(NULL, &rec), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_step", "log");
+  assert_error(cohort_run_log_step(log, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_step", "record");
+  cohort_step_record_t bad = {.struct_size = 3};
+  assert_error(cohort_run_log_step(log, &bad), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_step", "struct_size");
+  assert_error(cohort_run_log_eval(log, 1, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_eval", "result");
+  assert_error(cohort_run_log_eval(NULL, 1, &ev), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_log_eval", "log");
+  cohort_run_log_destroy(log);
+  FILE* f = fopen(csv, "r");
+  assert_non_null(f);
+  char line[200];
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_string_equal(line, "step,epoch,loss,lr,step_time_s,data_wait_s,comm_exposed_s,images_per_sec\n");
+  assert_non_null(fgets(line, sizeof line, f));
+  assert_string_equal(line, "1,0,2.5,0.1,0.5,0,0,16\n");
+  fclose(f);
+
+  /* A directory that cannot be made, and a CSV in a directory that does not exist. */
+  assert_int_equal(cohort_config_set(cfg, "tensorboard_dir", "/proc/cohort/tb"), COHORT_OK);
+  assert_error(cohort_run_log_create(g_rt, cfg, &log), COHORT_ERR_IO, "cohort_run_log_create", "/proc/cohort/tb");
+  assert_null(log);
+  assert_int_equal(cohort_config_set(cfg, "tensorboard_dir", ""), COHORT_OK);
+  snprintf(csv, sizeof csv, "%s/none/steps.csv", dir);
+  assert_int_equal(cohort_config_set(cfg, "log_csv", csv), COHORT_OK);
+  assert_error(cohort_run_log_create(g_rt, cfg, &log), COHORT_ERR_IO, "cohort_run_log_create", csv);
+  cohort_config_destroy(cfg);
+  char cmd[700];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
 }
 
 static void io_shape(void** state) {
@@ -604,12 +741,14 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(optimizer_errors),
+      cmocka_unit_test(variable_update_modes),
       cmocka_unit_test(train_step_learns_and_checks),
       cmocka_unit_test(deprecated_model_train_step),
       cmocka_unit_test(optimizer_keeps_its_model_alive),
       cmocka_unit_test(checkpoint_round_trip_and_errors),
       cmocka_unit_test(checkpoint_resumes_at_another_precision),
       cmocka_unit_test(metrics_and_summary),
+      cmocka_unit_test(run_log),
       cmocka_unit_test(io_shape),
       cmocka_unit_test(pipeline_for_model_and_evaluation),
       cmocka_unit_test(two_optimizers_on_one_runtime),

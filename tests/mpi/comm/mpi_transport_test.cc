@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "comm/mpi/mpi_transport.h"
@@ -120,6 +121,50 @@ TEST(MpiTransport, AndWordsOnBothPaths) {
     EXPECT_EQ(many.back(), 0u);
     EXPECT_EQ(many.front(), ~uint64_t{0});
   }
+}
+
+TEST(MpiTransport, PointToPointMessagesGoRoundTheRingAndToOneself) {
+  const int rank = world_rank(), size = world_size();
+  MpiTransport t(MPI_COMM_WORLD, 1 << 20);
+  EXPECT_TRUE(t.supports_p2p());
+  EXPECT_GE(t.max_tag(), 32767);
+  const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+  // A small message (sent eagerly) and one of 4 MiB (rendezvous), to the next rank and
+  // to this one.
+  for (size_t count : {size_t{3}, size_t{1} << 20}) {
+    std::vector<int32_t> out(count), in(count, -1), self_out(count), self_in(count, -1);
+    for (size_t i = 0; i < count; ++i) {
+      out[i] = static_cast<int32_t>(rank * 1000 + i % 997);
+      self_out[i] = -out[i];
+    }
+    const size_t bytes = count * sizeof(int32_t);
+    std::vector<uint64_t> handles = {
+        t.post_recv(prev, 5, in.data(), bytes), t.post_recv(rank, 6, self_in.data(), bytes),
+        t.post_send(next, 5, out.data(), bytes), t.post_send(rank, 6, self_out.data(), bytes)};
+    std::vector<size_t> got(handles.size(), 0);
+    for (size_t h = 0; h < handles.size(); ++h)
+      while (!t.test(handles[h], &got[h])) std::this_thread::yield();  // more ranks than cores: let them run
+    EXPECT_EQ(got[0], bytes);
+    EXPECT_EQ(got[1], bytes);
+    for (size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(in[i], static_cast<int32_t>(prev * 1000 + i % 997)) << i;
+      ASSERT_EQ(self_in[i], -out[i]) << i;
+    }
+  }
+  // A message longer than its receive fails that receive with kMismatch, and a receive
+  // nobody sends to can be withdrawn.
+  int64_t two[2] = {1, 2}, one = 0;
+  const uint64_t r = t.post_recv(prev, 7, &one, sizeof one);
+  const uint64_t s = t.post_send(next, 7, two, sizeof two);
+  try {
+    while (!t.test(r, nullptr)) std::this_thread::yield();
+    ADD_FAILURE() << "a truncated message was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kMismatch) << e.what();
+  }
+  while (!t.test(s, nullptr)) std::this_thread::yield();
+  t.cancel(t.post_recv(prev, 8, &one, sizeof one));
+  MPI_Barrier(MPI_COMM_WORLD);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
  *   --signal-rank R --signal S    rank R raises signal S
  *   --sleep S                     every rank sleeps S seconds, then exits 0
  *   --summary RATE                rank 0 prints a cohort.run/1 summary line whose global
- *                                 images/sec is RATE × size × (1 − 0.05 × (size − 1))
+ *                                 images/sec is RATE × size × (1 − 0.05 × (size − 1)),
+ *                                 × min(B, 128) / 64 with B = $COHORT_BATCH_SIZE (64 unset)
+ *   --fail-when NAME=VALUE        every rank exits with status 3 when $NAME is VALUE
  *   --print-env NAME              every rank prints "rank R NAME=value" (or "unset")
  *   --pid-file DIR                every rank writes its pid to DIR/rank.R.pid
  *   --fail-once DIR               --fail-rank and --signal-rank act only while DIR/failed
@@ -55,6 +57,15 @@ int main(int argc, char** argv) {
     } else if (strcmp(key, "--args") == 0) {
       for (int a = i + 1; a < argc; ++a) printf("rank %d arg %d=%s|\n", rank, a - i - 1, argv[a]);
       break;
+    } else if (strcmp(key, "--fail-when") == 0) {
+      const char* eq = strchr(value, '=');
+      char name[256];
+      snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - value) : 0, value);
+      const char* v = getenv(name);
+      if (eq && v && strcmp(v, eq + 1) == 0) {
+        fprintf(stderr, "launcher_probe: rank %d fails: %s\n", rank, value);
+        return 3;
+      }
     } else if (strcmp(key, "--pid-file") == 0) {
       char path[4096];
       snprintf(path, sizeof path, "%s/rank.%d.pid", value, rank);
@@ -87,16 +98,17 @@ int main(int argc, char** argv) {
   if (fail_rank >= 0 || signal_rank >= 0) sleep(30); /* killed by mpirun when the other rank fails */
   if (sleep_s > 0) usleep((useconds_t)(sleep_s * 1e6));
   if (summary >= 0 && rank == 0) {
-    const double rate = summary * size * (1 - 0.05 * (size - 1));
+    const int batch = env_int("COHORT_BATCH_SIZE", 64);
+    const double rate = summary * size * (1 - 0.05 * (size - 1)) * (batch < 128 ? batch : 128) / 64.0;
     printf("step 10 images/sec: %.1f\n", rate);
     printf(
         "{\"schema\": \"cohort.run/1\", \"model\": \"trivial\", \"ranks\": %d, \"local_ranks\": %d, "
-        "\"device\": \"cpu\", \"precision\": \"f32\", \"data\": \"synthetic\", \"batch_per_rank\": 64, "
+        "\"device\": \"cpu\", \"precision\": \"f32\", \"data\": \"synthetic\", \"batch_per_rank\": %d, "
         "\"global_batch\": %d, \"steps\": 20, \"warmup_steps\": 10, \"images_per_sec\": {\"median\": %.3f, "
         "\"mean\": %.3f, \"stderr\": 0.5, \"jitter\": 1.0}, \"time_fraction\": {\"data_wait\": 0.1, "
         "\"comm_exposed\": 0.05, \"compute\": 0.85}, \"epochs\": 0, \"loss\": 2.3, \"top1\": null, \"top5\": null, "
         "\"wall_s\": 0.2}\n",
-        size, size, 64 * size, rate, rate);
+        size, size, batch, batch * size, rate, rate);
   }
   return 0;
 }

@@ -385,12 +385,35 @@ class Sweep(unittest.TestCase):
             self.assertRegex(r.stdout, r"(?m)^    2       190.0     1.90x       95.0%$")
             self.assertRegex(r.stdout, r"(?m)^    3       270.0     2.70x       90.0%$")
             with open(d + "/scaling.csv") as f:
-                self.assertEqual(f.read().splitlines()[1:], ["1,100.000,1.0000,1.0000,0", "2,190.000,1.9000,0.9500,0",
-                                                             "3,270.000,2.7000,0.9000,0"])
+                self.assertEqual(f.read().splitlines()[1:], ["1,100.000,1.0000,1.0000,0,ok,2.300000,",
+                                                             "2,190.000,1.9000,0.9500,0,ok,2.300000,",
+                                                             "3,270.000,2.7000,0.9000,0,ok,2.300000,"])
             with open(d + "/scaling.json") as f:
                 doc = json.load(f)
             self.assertEqual([run["ranks"] for run in doc["runs"]], [1, 2, 3])
             self.assertEqual(doc["runs"][2]["summary"]["global_batch"], 192)
+
+    def test_over_runs_the_cross_product_and_records_a_failed_point(self):
+        # The probe's rate grows with the batch up to 128 (saturation); batch 64 fails, and
+        # the sweep goes on.
+        with tempfile.TemporaryDirectory() as d:
+            r = run(["sweep", "-np", "1,2", "--over", "batch_size=32,64,256", "--sweep-out", d + "/s", "--", PROBE,
+                     "--summary", "100", "--fail-when", "COHORT_BATCH_SIZE=64"])
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("2 of 6 runs failed", r.stderr)
+            with open(d + "/s.csv") as f:
+                rows = [line.split(",") for line in f.read().splitlines()]
+            self.assertEqual(rows[0][:3], ["ranks", "batch_size", "images_per_sec"])
+            self.assertEqual([(row[0], row[1], row[6]) for row in rows[1:]],
+                             [("1", "32", "ok"), ("2", "32", "ok"), ("1", "64", "failed"), ("2", "64", "failed"),
+                              ("1", "256", "ok"), ("2", "256", "ok")])
+            self.assertEqual([row[2] for row in rows[1:]], ["50.000", "95.000", "", "", "200.000", "380.000"])
+            self.assertEqual(rows[2][3:5], ["1.9000", "0.9500"])  # speedup against 1 rank of the same batch
+            with open(d + "/s.json") as f:
+                runs = json.load(f)["runs"]
+            self.assertEqual(runs[3]["settings"], {"batch_size": "64"})
+            self.assertEqual(runs[3]["exit_status"], 3)
+            self.assertEqual(runs[5]["summary"]["batch_per_rank"], 256)
 
     def test_tag_output_keeps_the_summary_readable(self):
         with tempfile.TemporaryDirectory() as d:

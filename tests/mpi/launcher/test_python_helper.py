@@ -111,6 +111,27 @@ class Sweep(unittest.TestCase):
         self.assertEqual(cohort.format_table(rows).splitlines()[3], "    4       170.0     3.40x       85.0%")
 
 
+    def test_over_sweeps_a_setting_and_the_plots_read_the_rows(self):
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        with tempfile.TemporaryDirectory() as d:
+            rows, out = quiet(cohort.sweep, np=[1, 2], program=PROBE, args=["--summary", "100", "--fail-when",
+                                                                             "COHORT_BATCH_SIZE=16"],
+                              over={"batch_size": [16, 32, 64, 128, 256]}, out=d + "/s", check=False)
+        self.assertEqual(len(rows), 10)
+        self.assertEqual([r["settings"]["batch_size"] for r in rows[::2]], ["16", "32", "64", "128", "256"])
+        self.assertEqual([r["status"] for r in rows[:3]], ["failed", "failed", "ok"])
+        self.assertEqual(cohort.format_table(rows).splitlines()[0], "ranks  batch_size  images/sec   speedup  efficiency")
+        ax = cohort.plot_throughput(rows)
+        self.assertEqual([list(line.get_xdata()) for line in ax.lines], [[32, 64, 128, 256]] * 2)
+        self.assertEqual(list(ax.lines[0].get_ydata()), [50.0, 100.0, 200.0, 200.0])  # saturates at 128
+        ax = cohort.plot_scaling(rows)
+        self.assertEqual(len(ax.lines), 8)  # 4 settings that worked, each with its ideal
+        self.assertEqual(list(ax.lines[1].get_ydata()), [50.0, 100.0])
+        plt.close("all")
+
+
 class Plots(unittest.TestCase):
     def test_the_labs_figures(self):
         import matplotlib

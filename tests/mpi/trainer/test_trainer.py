@@ -2,11 +2,12 @@
 summary, plain progress output, checkpoint resume, and a cohortrun sweep over it.
 
 Usage: test_trainer.py GROUP (Flags, Run, Resume, SaveFailure, Sweep, Fashion, Skipped, OneRankFails,
-Every, ResumeResized); the binaries come from the environment (COHORT_TRAIN, COHORTRUN). Tiny
-models and few steps keep each group to a few seconds."""
+Every, ResumeResized, Modes, Logs); the binaries come from the environment (COHORT_TRAIN,
+COHORTRUN). Tiny models and few steps keep each group to a few seconds."""
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -217,7 +218,21 @@ def group_skipped():
         image_folder(f"{d}/some", 20, 1)
         rc, out, err = run(base + [f"--data_dir={d}/some", "--num_epochs=2", "--max_skipped_fraction=0.1", "--json"])
         check(rc == 0 and "skipped samples: 2 of 42 read" in out, "the skipped count is printed at the end", out + err)
-        check(summary_of(out).get("skipped") == 2, "the run summary carries the skipped count", out)
+        s = summary_of(out)
+        check(s.get("skipped") == 2, "the run summary carries the skipped count", out)
+        # Where the pipeline spent its CPU: every stage present, summing to the total, in
+        # the summary and in the report; and the stage that limits.
+        cpu = s.get("input", {}).get("cpu_s_per_image", {})
+        stages = ("read", "decode", "augment", "assemble")
+        check(all(k in cpu for k in stages + ("total",)) and cpu["decode"] > 0
+              and abs(sum(cpu[k] for k in stages) - cpu["total"]) <= 1e-9 * cpu["total"],
+              "the summary's per-stage CPU per image sums to the total", out)
+        check(s["input"]["limiting_stage"] in stages and s["input"]["read_bytes_per_s"] > 0,
+              "the summary names the limiting stage and the read rate", out)
+        line = next((l for l in out.split("\n") if l.startswith("input pipeline CPU per image:")), "")
+        shares = [int(p.split("(")[1].rstrip("%)")) for p in line.split(";")[0].split(",")]
+        check(len(shares) == 4 and 98 <= sum(shares) <= 102 and "MB/s read from storage" in line,
+              "the report gives each stage's share, summing to 100%", out)
         rc, out, err = run(base + [f"--data_dir={d}/some", "--num_epochs=2"])
         check(rc != 0 and "max_skipped_fraction=0.01" in err and "cohort-data verify" in err,
               "more skipped than max_skipped_fraction fails the run", out + err)
@@ -307,9 +322,182 @@ def group_resume_resized():
               "the rank count, epoch length and learning rate of the new size are printed", out)
 
 
+def group_modes():
+    # Every variable_update mode through cohortrun: the header and the run summary name it,
+    # dedicated servers leave the data to the workers, the asynchronous mode reports its
+    # staleness, and a dedicated-server run resumed from a checkpoint ends where an
+    # uninterrupted one does.
+    if not COHORTRUN:
+        print("SKIP: no cohortrun")
+        sys.exit(77)
+    base = TINY + ["--synthetic_samples=48", "--json"]
+    cases = [("replicated", 2, False), ("parameter_server", 2, False), ("async_parameter_server", 2, False),
+             ("independent", 2, False), ("parameter_server", 3, True), ("async_parameter_server", 3, True)]
+    for mode, np, dedicated in cases:
+        extra = [f"--variable_update={mode}"] + (["--ps_dedicated"] if dedicated else [])
+        rc, out, err = run(["-np", str(np), "--", TRAIN] + base + extra + ["--num_iter=6"], cmd=[COHORTRUN])
+        what = f"{mode} on {np} ranks{' (dedicated server)' if dedicated else ''}"
+        check(rc == 0, f"{what} trains", out + err)
+        if rc != 0:
+            continue
+        workers = np - 1 if dedicated else np
+        servers = 1 if "parameter_server" in mode else 0
+        s = summary_of(out)
+        check(s.get("variable_update") == mode and s.get("workers") == workers and s.get("servers") == servers,
+              f"{what}: the summary names the mode, workers and servers", out)
+        check(s["global_batch"] == 8 * workers and f"             {8 * workers} total" in out,
+              f"{what}: the global batch counts the workers", out)
+        check(any(l.startswith(f"Variables:   {mode}") for l in out.split("\n")), f"{what}: header line", out)
+        async_ = mode == "async_parameter_server"
+        check(("staleness" in s) == async_ and ("staleness: " in out) == async_,
+              f"{what}: staleness reported exactly for the asynchronous mode", out)
+        if async_:
+            check(0 <= s["staleness"]["mean"] <= s["staleness"]["max"] <= (workers - 1) * 9,
+                  f"{what}: staleness within (workers - 1)(2 ps_max_lead + 1)", out)
+    with tempfile.TemporaryDirectory() as d:
+        ps = ["-np", "3", "--", TRAIN] + base + ["--variable_update=parameter_server", "--ps_dedicated", "--lr=0.01",
+                                                 "--lr_schedule=constant", "--synthetic_samples=32"]
+        rc, out, err = run(ps + ["--num_iter=8"], cmd=[COHORTRUN])
+        full = summary_of(out)
+        rc, out, err = run(ps + ["--num_iter=4", f"--checkpoint_dir={d}/ck"], cmd=[COHORTRUN])
+        check(rc == 0 and os.path.exists(f"{d}/ck/latest"), "a dedicated-server run saves checkpoints", out + err)
+        rc, out, err = run(ps + ["--num_iter=8", f"--checkpoint_dir={d}/ck", "--resume"], cmd=[COHORTRUN])
+        check(rc == 0 and "Resumed from step 4" in out, "a dedicated-server run resumes", out + err)
+        check(summary_of(out)["loss"] == full["loss"], "resumed parameter-server loss == uninterrupted", out)
+
+
+# ---- an independent reader of TensorBoard event files, written here from the formats:
+# TFRecord framing (length, masked CRC32C of it, data, masked CRC32C of the data) around
+# tensorflow.Event protocol buffers (wall_time = 1 double, step = 2 int64, file_version = 3
+# string, summary = 5; Summary.value = 1; Value.tag = 1, Value.simple_value = 2 float).
+CRC32C_TABLE = []
+for n in range(256):
+    c = n
+    for _ in range(8):
+        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    CRC32C_TABLE.append(c)
+
+
+def masked_crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = CRC32C_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    c ^= 0xFFFFFFFF
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def tfrecords(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    pos, out = 0, []
+    while pos < len(data):
+        header = data[pos:pos + 8]
+        length = int.from_bytes(header, "little")
+        if int.from_bytes(data[pos + 8:pos + 12], "little") != masked_crc32c(header):
+            raise ValueError(f"length CRC mismatch at {pos}")
+        body = data[pos + 12:pos + 12 + length]
+        if int.from_bytes(data[pos + 12 + length:pos + 16 + length], "little") != masked_crc32c(body):
+            raise ValueError(f"data CRC mismatch at {pos}")
+        out.append(body)
+        pos += 16 + length
+    return out
+
+
+def proto_fields(buf):
+    """(field number, wire type, value) of a protocol buffer message."""
+    pos, out = 0, []
+
+    def varint():
+        nonlocal pos
+        shift = value = 0
+        while True:
+            b = buf[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return value
+    while pos < len(buf):
+        key = varint()
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value = varint()
+        elif wire == 1:
+            value, pos = buf[pos:pos + 8], pos + 8
+        elif wire == 5:
+            value, pos = buf[pos:pos + 4], pos + 4
+        elif wire == 2:
+            n = varint()
+            value, pos = buf[pos:pos + n], pos + n
+        else:
+            raise ValueError(f"wire type {wire}")
+        out.append((field, wire, value))
+    return out
+
+
+def read_events(path):
+    """[(wall_time, step, file_version or None, {tag: value})]"""
+    events = []
+    for record in tfrecords(path):
+        wall, step, version, scalars = None, 0, None, {}
+        for field, wire, value in proto_fields(record):
+            if field == 1 and wire == 1:
+                wall = struct.unpack("<d", value)[0]
+            elif field == 2 and wire == 0:
+                step = value
+            elif field == 3 and wire == 2:
+                version = value.decode()
+            elif field == 5 and wire == 2:
+                for f, w, v in proto_fields(value):
+                    if f == 1 and w == 2:
+                        fields = {ff: vv for ff, ww, vv in proto_fields(v)}
+                        scalars[fields[1].decode()] = struct.unpack("<f", fields[2])[0]
+        events.append((wall, step, version, scalars))
+    return events
+
+
+def group_logs():
+    # --tensorboard_dir and --log_csv on two ranks (rank 0 writes), with an evaluation after
+    # every epoch: the event file parses with the reader above and agrees with the CSV.
+    if not COHORTRUN:
+        print("SKIP: no cohortrun")
+        sys.exit(77)
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run(["-np", "2", "--", TRAIN] + TINY + [
+            "--synthetic_samples=64", "--num_epochs=2", "--eval", "--eval_every_epochs=1",
+            f"--tensorboard_dir={d}/tb", f"--log_csv={d}/steps.csv"], cmd=[COHORTRUN])
+        check(rc == 0, "a logged run succeeds", out + err)
+        files = os.listdir(f"{d}/tb")
+        check(len(files) == 1 and files[0].startswith("events.out.tfevents."), f"one event file: {files}")
+        events = read_events(os.path.join(f"{d}/tb", files[0]))
+        check(events[0][2] == "brain.Event:2", "the first event carries the file version", str(events[:1]))
+        steps = [e for e in events if "loss" in e[3]]
+        evals = [e for e in events if "eval/top1" in e[3]]
+        check([e[1] for e in steps] == list(range(1, 9)), "one scalar event per step, in order",
+              str([e[1] for e in steps]))
+        check(all(set(e[3]) == {"loss", "learning_rate", "images_per_sec", "data_wait_fraction"} for e in steps),
+              "each step has loss, learning rate, images/sec and data-wait fraction", str(steps[:1]))
+        check(all(0 <= e[3]["data_wait_fraction"] <= 1 and e[3]["images_per_sec"] > 0 for e in steps),
+              "fractions and rates in range", str(steps))
+        check([e[1] for e in evals] == [4, 8] and all(0 <= e[3]["eval/top1"] <= e[3]["eval/top5"] <= 1 for e in evals),
+              "top-1/top-5 at each evaluation (after each epoch)", str(evals))
+        check(all(e[0] is not None and e[0] > 1.5e9 for e in events), "wall times in seconds", str(events[:2]))
+        with open(f"{d}/steps.csv") as f:
+            rows = [l.rstrip("\n").split(",") for l in f]
+        check(rows[0] == ["step", "epoch", "loss", "lr", "step_time_s", "data_wait_s", "comm_exposed_s",
+                          "images_per_sec"], "the CSV header", str(rows[:1]))
+        check([int(r[0]) for r in rows[1:]] == list(range(1, 9)) and float(rows[-1][1]) == 2.0,
+              "a CSV line per step, epochs counted", str(rows))
+        check(all(abs(float(r[2]) - e[3]["loss"]) <= 1e-5 * max(1.0, abs(float(r[2]))) for r, e in zip(rows[1:], steps)),
+              "the CSV's loss is the event files'", str(rows))
+        rc, out, err = run(TINY + ["--num_iter=1", "--tensorboard_dir=/proc/no/such/dir"])
+        check(rc != 0 and "/proc/no/such/dir" in err, "an unwritable tensorboard_dir is named", err)
+
+
 groups = {"Flags": group_flags, "Run": group_run, "Resume": group_resume, "SaveFailure": group_save_failure,
           "Sweep": group_sweep, "Fashion": group_fashion, "Skipped": group_skipped,
-          "OneRankFails": group_one_rank_fails, "Every": group_every, "ResumeResized": group_resume_resized}
+          "OneRankFails": group_one_rank_fails, "Every": group_every, "ResumeResized": group_resume_resized,
+          "Modes": group_modes, "Logs": group_logs}
 groups[sys.argv[1]]()
 print("FAILED:" if failures else "OK", *failures, sep="\n  ")
 sys.exit(1 if failures else 0)

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "data/file.h"
 #include "core/config.h"
@@ -29,6 +30,37 @@ ToolRun run(const std::string& args) {
   int st = ::pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+TEST(DataTool, BenchRunsThePipelineAloneAtEachThreadCount) {
+  testing::TempDir dir;
+  for (int i = 0; i < 12; ++i)
+    testing::put_image(dir.path, i % 2 ? "a" : "b", std::to_string(i) + ".jpg", testing::rgb_jpeg(96, 64, i));
+  ToolRun bench = run("bench " + dir.path + " --max-threads 2 --batches 2 --batch_size=4 --image_size=32");
+  ASSERT_EQ(bench.status, 0) << bench.output;
+  EXPECT_NE(bench.output.find("threads   images/sec     read   decode  augment assemble    total      MB/s"),
+            std::string::npos)
+      << bench.output;
+  // One row per thread count: the rate, four stages and their total, the read rate, the
+  // limiting stage.
+  for (const char* threads : {"\n1 ", "\n2 "}) {
+    const size_t at = bench.output.find(threads);
+    ASSERT_NE(at, std::string::npos) << bench.output;
+    std::istringstream row(bench.output.substr(at + 1, bench.output.find('\n', at + 1) - at - 1));
+    int t = 0;
+    double rate = 0, read = 0, decode = 0, augment = 0, assemble = 0, total = 0, mb = 0;
+    std::string stage;
+    row >> t >> rate >> read >> decode >> augment >> assemble >> total >> mb >> stage;
+    EXPECT_GT(rate, 0) << bench.output;
+    EXPECT_GT(decode, 0) << bench.output;
+    EXPECT_NEAR(read + decode + augment + assemble, total, 0.0021) << bench.output;  // printed to 0.001
+    EXPECT_GT(mb, 0) << bench.output;
+    EXPECT_TRUE(stage == "read" || stage == "decode" || stage == "augment" || stage == "assemble") << bench.output;
+  }
+  EXPECT_EQ(run("bench " + dir.path + " --max-threads 0").status, 2);
+  ToolRun missing = run("bench " + dir.path + "/none --max-threads 1");
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_NE(missing.output.find(dir.path + "/none"), std::string::npos) << missing.output;
 }
 
 TEST(DataTool, PacksInspectsAndVerifies) {

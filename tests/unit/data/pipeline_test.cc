@@ -2,7 +2,10 @@
 // thread count, resume, bad-input policies, synthetic data and real MNIST files.
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <thread>
 #include <set>
@@ -19,6 +22,12 @@ namespace cohort::data {
 namespace {
 
 using testing::TempDir;
+
+int64_t process_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 // N raw 6x5 images whose pixels all equal index % 251, labelled by their index.
 struct RawSet {
@@ -306,6 +315,50 @@ TEST(PipelineStats, AConsumerThatNeverWorksIsInputBoundAndStatsAreSafeToReadConc
   EXPECT_GT(s.decode_busy_s, 0);
   EXPECT_GT(s.wait_fraction, 0.05);
   EXPECT_EQ(s.verdict.rfind("input-bound", 0), 0u) << s.verdict;
+  // It names the stage that limits (for these small images, the augmentation up to 64x64)
+  // with each stage's CPU per image.
+  EXPECT_EQ(s.limiting_stage, "augment");
+  EXPECT_NE(s.verdict.find("augment limits it (CPU per image: read "), std::string::npos) << s.verdict;
+}
+
+TEST(PipelineStats, EveryStageOfAJpegPipelineCountsItsCpuAndTheBytesRead) {
+  testing::TempDir dir;
+  make_shards(dir, 16, 1);
+  const uint64_t shard_bytes = std::filesystem::file_size(dir / "train-00000");
+  auto o = options({{"data_dir", dir.path.c_str()}, {"image_size", "32"}, {"augment", "standard"}});
+  const int64_t before = process_cpu_ns();
+  PipelineStats s;
+  {
+    Pipeline p(o, open_source(o.source));
+    for (int i = 0; i < 4; ++i) p.next();  // two epochs of 16
+    s = p.stats();
+  }
+  const double process = static_cast<double>(process_cpu_ns() - before) * 1e-9;
+  EXPECT_GT(s.read_cpu_s, 0);
+  EXPECT_GT(s.decode_cpu_s, 0);
+  EXPECT_GT(s.augment_cpu_s, 0);
+  EXPECT_GE(s.assemble_cpu_s, 0);
+  // The stages are parts of what this process spent (which includes the test's own work).
+  EXPECT_LE(s.read_cpu_s + s.decode_cpu_s + s.augment_cpu_s + s.assemble_cpu_s, process);
+  EXPECT_GT(s.decode_cpu_s, s.assemble_cpu_s);  // a JPEG's decode outweighs handing it over
+  // Every record read came from the shard: its bytes less the framing, at least once per
+  // sample delivered (prefetching may have read more).
+  EXPECT_GE(static_cast<uint64_t>(s.bytes_read), 2 * (shard_bytes - 16 * 16));
+  EXPECT_FALSE(s.limiting_stage.empty());
+  const std::string shares = stage_shares(s);
+  EXPECT_EQ(shares.rfind("CPU per image: read ", 0), 0u) << shares;
+  EXPECT_NE(shares.find(", total "), std::string::npos) << shares;
+}
+
+TEST(PipelineStats, RawImagesHaveNoDecodeStageAndReadNothingFromStorage) {
+  RawSet raw(32);
+  Pipeline p(options({}), raw.source);
+  for (int i = 0; i < 4; ++i) p.next();
+  const PipelineStats s = p.stats();
+  EXPECT_EQ(s.decode_cpu_s, 0);
+  EXPECT_GT(s.augment_cpu_s + s.assemble_cpu_s, 0);
+  EXPECT_EQ(s.bytes_read, 0);  // held in memory
+  EXPECT_NE(s.limiting_stage, "decode");
 }
 
 }  // namespace

@@ -236,8 +236,8 @@ TEST(LauncherSweep, TableHasSpeedupAndEfficiency) {
   EXPECT_FALSE(rows[3].images_per_sec);
   EXPECT_EQ(rows[3].error, "the summary has no images_per_sec.median");
   EXPECT_EQ(sweep_csv(rows),
-            "ranks,images_per_sec,speedup,efficiency,exit_status\n1,100.000,1.0000,1.0000,0\n"
-            "2,190.000,1.9000,0.9500,0\n4,360.000,3.6000,0.9000,0\n8,,,,0\n");
+            "ranks,images_per_sec,speedup,efficiency,exit_status,status,loss,top1\n1,100.000,1.0000,1.0000,0,ok,,\n"
+            "2,190.000,1.9000,0.9500,0,ok,,\n4,360.000,3.6000,0.9000,0,ok,,\n8,,,,0,failed,,\n");
   EXPECT_NE(sweep_table(rows).find("    2       190.0     1.90x       95.0%"), std::string::npos) << sweep_table(rows);
   // The JSON file reads back, with each run's summary embedded.
   const Json doc = parse_json(sweep_json(rows, {"prog", "a \"b\""}));
@@ -246,6 +246,60 @@ TEST(LauncherSweep, TableHasSpeedupAndEfficiency) {
   ASSERT_EQ(runs.size(), 4u);
   EXPECT_DOUBLE_EQ(runs[2].get("summary")->get("images_per_sec")->get("median")->number(), 360);
   EXPECT_TRUE(std::holds_alternative<std::nullptr_t>(runs[3].get("speedup")->value));
+}
+
+TEST(LauncherSweep, OverTakesTheCrossProductOfRegistrySettings) {
+  const Request r = parse_command_line({"sweep", "-np", "1,2", "--over", "batch-size=32,64", "--over",
+                                        "variable_update=replicated,async_parameter_server", "--", "/bin/true", "-x"});
+  ASSERT_EQ(r.sweep_over.size(), 2u);
+  EXPECT_EQ(r.sweep_over[0].key, "batch_size");
+  EXPECT_EQ(r.sweep_over[0].values, (std::vector<std::string>{"32", "64"}));
+  const std::vector<SweepRow> rows = sweep_points(r.sweep_sizes, r.sweep_over);
+  ASSERT_EQ(rows.size(), 8u);
+  EXPECT_EQ(rows[0].ranks, 1);
+  EXPECT_EQ(rows[1].ranks, 2);
+  EXPECT_EQ(rows[1].settings, (std::vector<std::pair<std::string, std::string>>{{"batch_size", "32"},
+                                                                                {"variable_update", "replicated"}}));
+  EXPECT_EQ(rows[7].settings, (std::vector<std::pair<std::string, std::string>>{
+                                  {"batch_size", "64"}, {"variable_update", "async_parameter_server"}}));
+  // Values are checked like any setting, and a swept key is given one way only.
+  expect_error({"sweep", "-np", "1", "--over", "batch_size=32,abc", "/bin/true"}, "abc");
+  expect_error({"sweep", "-np", "1", "--over", "batch_size=", "/bin/true"}, "expected KEY=VALUE1,VALUE2");
+  expect_error({"sweep", "-np", "1", "--over", "batch_sise=1", "/bin/true"}, "did you mean --batch_size?");
+  expect_error({"sweep", "-np", "1", "--over", "batch_size=1,,2", "/bin/true"}, "an empty value");
+  expect_error({"sweep", "-np", "1", "--over", "batch_size=1", "--over", "batch_size=2", "/bin/true"},
+               "batch_size is swept twice");
+  expect_error({"sweep", "-np", "1", "--over", "batch_size=1", "--batch_size=4", "/bin/true"},
+               "also given by --batch_size=4");
+  expect_error({"sweep", "-np", "1", "--over", "batch_size=1", "--", "/bin/prog", "--batch-size=4"},
+               "the program's argument --batch-size=4 would override the swept batch_size");
+  expect_error({"-np", "1", "--over", "batch_size=1", "/bin/true"}, "--over is only for cohortrun sweep");
+}
+
+TEST(LauncherSweep, EachSettingScalesAgainstItsOwnSmallestSizeAndFailuresAreRows) {
+  std::vector<SweepRow> rows = sweep_points({1, 2}, {{"batch_size", {"32", "a,b"}}});
+  rows[0].images_per_sec = 100;
+  rows[1].images_per_sec = 180;
+  rows[2].images_per_sec = 150;
+  rows[3].exit_status = 3;
+  rows[3].error = "the job failed with exit status 3";
+  compute_scaling(rows);
+  EXPECT_DOUBLE_EQ(*rows[1].speedup, 1.8);
+  EXPECT_DOUBLE_EQ(*rows[2].speedup, 1.0);
+  EXPECT_FALSE(rows[3].speedup);
+  EXPECT_EQ(sweep_csv(rows),
+            "ranks,batch_size,images_per_sec,speedup,efficiency,exit_status,status,loss,top1\n"
+            "1,32,100.000,1.0000,1.0000,0,ok,,\n2,32,180.000,1.8000,0.9000,0,ok,,\n"
+            "1,\"a,b\",150.000,1.0000,1.0000,0,ok,,\n2,\"a,b\",,,,3,failed,,\n");
+  const std::string table = sweep_table(rows);
+  EXPECT_NE(table.find("ranks  batch_size  images/sec"), std::string::npos) << table;
+  EXPECT_NE(table.find("    2  a,b                  -         -           -  (failed: the job failed"),
+            std::string::npos)
+      << table;
+  const Json doc = parse_json(sweep_json(rows, {"prog"}));
+  const auto& runs = *std::get<std::shared_ptr<Json::Array>>(doc.get("runs")->value);
+  EXPECT_EQ(std::get<std::string>(runs[2].get("settings")->get("batch_size")->value), "a,b");
+  EXPECT_EQ(std::get<std::string>(runs[3].get("status")->value), "failed");
 }
 
 TEST(LauncherSweep, ScalingIsAgainstTheSmallestSizeThatWorked) {

@@ -375,8 +375,9 @@ TEST(ModelData, EvaluationCoversAnEpochOrTheStepsAskedFor) {
   auto source = data::open_source(o.source);
   data::Pipeline p(o, source);
   check_pipeline_fits(*m, p);
-  EXPECT_EQ(evaluate(*m, p, 0).samples, 12);
-  EXPECT_EQ(evaluate(*m, p, 2).samples, 8);
+  EXPECT_EQ(evaluate(*m, &p, 0).samples, 12);
+  EXPECT_EQ(evaluate(*m, &p, 2).samples, 8);
+  EXPECT_EQ(evaluate(*m, nullptr, 0).samples, 0);  // a rank without data adds nothing
 }
 
 // ---------------------------------------------------------------- teardown
