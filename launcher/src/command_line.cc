@@ -221,6 +221,7 @@ class Parser {
       request_.min_np = parse_rank_count(value, flag);
     } else if (key == "exclude_failed_hosts") {
       request_.exclude_failed_hosts = true;
+    } else if (key == "over") {
       over(value);
     } else if (key == "check_build" || key == "help" || key == "version") {
       const Mode mode = key == "check_build" ? Mode::kCheckBuild : key == "help" ? Mode::kHelp : Mode::kVersion;

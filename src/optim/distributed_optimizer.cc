@@ -121,7 +121,6 @@ void DistributedOptimizer::exchange(size_t index) {
   const double f = options_.gradient_predivide_factor;
   double post = f / comm_.size();
   if (options_.average_passes) post /= options_.backward_passes_per_step;
-  const ParamGrad& r = reduced_[index];
   if (options_.compressed()) {
     Tensor& wire = wire_[index];
     const auto* g = static_cast<const float*>(r.grad.data_as<float>());
