@@ -356,6 +356,27 @@ class Train(unittest.TestCase):
             for r in range(rt.size):
                 np.testing.assert_array_equal(everyone[r], w.reshape(-1))
 
+    def test_role_and_run_log(self):
+        with cohort.Runtime(log_level="error") as rt:
+            model = cohort.Model(rt, "trivial", image_size=8, num_classes=4)
+            opt = cohort.Optimizer(model)
+            info = opt.info()
+            self.assertEqual((info.variable_update, info.worker, info.workers, info.servers, info.worker_index),
+                             ("replicated", 1, rt.size, 0, rt.rank))
+            with tempfile.TemporaryDirectory() as d:
+                csv = os.path.join(d, "steps.csv")
+                with cohort.RunLog(rt, log_csv=csv) as log:
+                    log.step(1, loss=2.5, lr=0.1, step_s=0.01, images=8)
+                    log.step(2, loss=2.0, lr=0.1, step_s=0.01, images=8, epoch=1.0)
+                    log.evaluation(2, {"samples": 10, "top1": 0.5, "top5": 1.0, "loss": 1.0})
+                rt.barrier()
+                if rt.rank == 0:
+                    with open(csv) as f:
+                        rows = [line.rstrip("\n").split(",") for line in f]
+                    self.assertEqual(rows[0][:4], ["step", "epoch", "loss", "lr"])
+                    self.assertEqual([(r[0], float(r[2])) for r in rows[1:]], [("1", 2.5), ("2", 2.0)])
+                rt.barrier()
+
 
 def read_records(directory):
     import json

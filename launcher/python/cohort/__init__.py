@@ -17,16 +17,16 @@ The helper needs the standard library only (matplotlib for the plots). The bindi
 loads libcohort on first use (``COHORT_LIBRARY``, this package's build tree or install
 prefix, or the system linker path) and needs NumPy for arrays.
 """
-from .binding import (Batch, Config, Metrics, Model, Optimizer, Parameter, Pipeline, Record, Request, Runtime,
-                      build_info, data_inspect, data_pack, data_verify, describe_option, finalize, gpu_info,
+from .binding import (Batch, Config, Metrics, Model, Optimizer, Parameter, Pipeline, Record, Request, RunLog,
+                      Runtime, build_info, data_inspect, data_pack, data_verify, describe_option, finalize, gpu_info,
                       last_error, option_names, options_help, options_markdown, run_summary_json, status_string,
                       version, version_string)
 from ._capi import LibraryNotFound
 from ._dlpack import ManagedTensor, TensorView
 from .errors import (CancelledError, CohortError, CohortIOError, CorruptDataError, CUBLASError, CUDAError,
                      CUDNNError, DNNLError, EndOfDataError, InternalError, InvalidArgumentError, InvalidStateError,
-                     JPEGError, MismatchError, MPIError, NCCLError, OutOfMemoryError, PeerLostError, StalledError,
-                     UnsupportedError)
+                     JPEGError, MismatchError, MPIError, NCCLError, OutOfMemoryError, PeerLostError,
+                     PeerShutdownError, StalledError, UnsupportedError)
 from .launch import (CohortRunError, find_cohortrun, find_program, format_table, is_summary_line, options_to_args,
                      run, sweep)
 from . import labs
@@ -35,17 +35,17 @@ from .plots import (plot_bandwidth, plot_ratio, plot_real_vs_synthetic, plot_sca
 
 __all__ = [
     # the notebook helper
-    "CohortRunError", "find_cohortrun", "find_program", "format_table", "is_summary_line", "options_to_args", "run", "sweep",
-    "plot_bandwidth", "plot_ratio", "plot_real_vs_synthetic", "plot_scaling", "plot_scaling_efficiency",
+    "CohortRunError", "find_cohortrun", "find_program", "format_table", "is_summary_line", "options_to_args", "run",
+    "sweep", "plot_bandwidth", "plot_ratio", "plot_real_vs_synthetic", "plot_scaling", "plot_scaling_efficiency",
     "plot_throughput", "labs",
     # the binding
-    "Batch", "Config", "Metrics", "Model", "Optimizer", "Parameter", "Pipeline", "Record", "Request", "Runtime",
-    "ManagedTensor", "TensorView", "LibraryNotFound", "build_info", "data_inspect", "data_pack", "data_verify",
-    "describe_option", "finalize", "gpu_info", "last_error", "option_names", "options_help", "options_markdown",
-    "run_summary_json", "status_string", "version", "version_string",
+    "Batch", "Config", "Metrics", "Model", "Optimizer", "Parameter", "Pipeline", "Record", "Request", "RunLog",
+    "Runtime", "ManagedTensor", "TensorView", "LibraryNotFound", "build_info", "data_inspect", "data_pack",
+    "data_verify", "describe_option", "finalize", "gpu_info", "last_error", "option_names", "options_help",
+    "options_markdown", "run_summary_json", "status_string", "version", "version_string",
     # errors
     "CohortError", "InvalidArgumentError", "InvalidStateError", "UnsupportedError", "MismatchError",
     "StalledError", "CancelledError", "EndOfDataError", "OutOfMemoryError", "CohortIOError", "CorruptDataError",
-    "InternalError", "MPIError", "PeerLostError", "CUDAError", "NCCLError", "CUDNNError", "CUBLASError",
-    "JPEGError", "DNNLError",
+    "InternalError", "MPIError", "PeerLostError", "PeerShutdownError", "CUDAError", "NCCLError", "CUDNNError",
+    "CUBLASError", "JPEGError", "DNNLError",
 ]

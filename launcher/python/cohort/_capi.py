@@ -94,7 +94,9 @@ class PipelineStats(Structure):  # cohort_pipeline_stats_t (pipeline.h)
                 ("errors", c_int64), ("padded", c_int64), ("read_busy_s", c_double), ("decode_busy_s", c_double),
                 ("wait_s", c_double), ("elapsed_s", c_double), ("images_per_sec", c_double),
                 ("wait_fraction", c_double), ("mean_ready_batches", c_double), ("mean_decode_queue", c_double),
-                ("skipped", c_int64)]
+                ("skipped", c_int64), ("read_cpu_s", c_double), ("decode_cpu_s", c_double),
+                ("augment_cpu_s", c_double), ("assemble_cpu_s", c_double), ("bytes_read", c_int64),
+                ("limiting_stage", c_char_p)]
 
 
 class TrainStats(Structure):  # cohort_train_stats_t (train.h)
@@ -110,7 +112,19 @@ class EvalResult(Structure):  # cohort_eval_result_t (train.h)
 
 class CheckpointInfo(Structure):  # cohort_checkpoint_info_t (train.h)
     _fields_ = [("struct_size", c_size_t), ("epoch", c_int64), ("step", c_int64), ("pipeline_epoch", c_int64),
-                ("pipeline_step", c_int64)]
+                ("pipeline_step", c_int64), ("ranks", c_int64)]
+
+
+class OptimizerInfo(Structure):  # cohort_optimizer_info_t (train.h)
+    _fields_ = [("struct_size", c_size_t), ("variable_update", c_char_p), ("worker", c_int), ("server", c_int),
+                ("workers", c_int), ("servers", c_int), ("worker_index", c_int64), ("updates", c_int64),
+                ("staleness_sum", c_double), ("staleness_max", c_int64)]
+
+
+class StepRecord(Structure):  # cohort_step_record_t (train.h)
+    _fields_ = [("struct_size", c_size_t), ("step", c_int64), ("epoch", c_double), ("loss", c_double),
+                ("lr", c_double), ("step_s", c_double), ("data_wait_s", c_double), ("comm_exposed_s", c_double),
+                ("images", c_double)]
 
 
 class RateSummary(Structure):  # cohort_rate_summary_t (train.h)
@@ -124,7 +138,9 @@ class RunSummary(Structure):  # cohort_run_summary_t (train.h)
                 ("device", c_char_p), ("precision", c_char_p), ("data", c_char_p), ("batch_per_rank", c_int64),
                 ("global_batch", c_int64), ("steps", c_int64), ("warmup_steps", c_int64),
                 ("images_per_sec", RateSummary), ("epochs", c_double), ("loss", c_double), ("has_top1", c_int),
-                ("top1", c_double), ("top5", c_double), ("wall_s", c_double), ("extra_json", c_char_p)]
+                ("top1", c_double), ("top5", c_double), ("wall_s", c_double), ("extra_json", c_char_p),
+                ("variable_update", c_char_p), ("workers", c_int64), ("servers", c_int64), ("has_staleness", c_int),
+                ("staleness_mean", c_double), ("staleness_max", c_int64), ("input", POINTER(PipelineStats))]
 
 
 # C name of each struct above, for the test that compares them with the headers.
@@ -135,7 +151,8 @@ STRUCTS = {
     "cohort_batch_t": Batch, "cohort_pipeline_info_t": PipelineInfo, "cohort_pipeline_stats_t": PipelineStats,
     "cohort_train_stats_t": TrainStats, "cohort_eval_result_t": EvalResult,
     "cohort_checkpoint_info_t": CheckpointInfo, "cohort_rate_summary_t": RateSummary,
-    "cohort_run_summary_t": RunSummary,
+    "cohort_run_summary_t": RunSummary, "cohort_optimizer_info_t": OptimizerInfo,
+    "cohort_step_record_t": StepRecord,
 }
 
 GradReadyFn = CFUNCTYPE(None, c_void_p, c_size_t)  # cohort_grad_ready_fn
@@ -259,6 +276,7 @@ FUNCTIONS = {
     "cohort_optimizer_destroy": (None, [H]),
     "cohort_optimizer_set_run_length": (STATUS, [H, c_int64, c_int64]),
     "cohort_optimizer_state": (STATUS, [H, POINTER(c_double), I64P]),
+    "cohort_optimizer_info": (STATUS, [H, POINTER(OptimizerInfo)]),
     "cohort_optimizer_broadcast": (STATUS, [H, c_int]),
     "cohort_optimizer_check_consistency": (STATUS, [H]),
     "cohort_optimizer_train_step": (STATUS, [H, POINTER(Batch), POINTER(TrainStats)]),
@@ -271,6 +289,10 @@ FUNCTIONS = {
     "cohort_metrics_record": (STATUS, [H, c_double, c_double, c_double, c_double]),
     "cohort_metrics_summary": (STATUS, [H, POINTER(RateSummary)]),
     "cohort_run_summary_json": (STATUS, [POINTER(RunSummary), c_char_p, c_size_t, SZ]),
+    "cohort_run_log_create": (STATUS, [H, H, HP]),
+    "cohort_run_log_destroy": (None, [H]),
+    "cohort_run_log_step": (STATUS, [H, POINTER(StepRecord)]),
+    "cohort_run_log_eval": (STATUS, [H, c_int64, POINTER(EvalResult)]),
 }
 
 # Functions of the headers that the binding does not bind, with the reason.

@@ -808,6 +808,11 @@ class Optimizer(_Handle):
     lr = property(lambda self: self.state()[0])
     steps = property(lambda self: self.state()[1])
 
+    def info(self):
+        """This rank's role under ``variable_update``: variable_update, worker, server,
+        workers, servers, worker_index, updates, staleness_sum, staleness_max."""
+        return Record(_filled(_capi.OptimizerInfo, lib().cohort_optimizer_info, self.handle))
+
     def broadcast(self, root=0):
         """Every rank's parameters and optimizer state become ``root``'s. Collective."""
         lib().cohort_optimizer_broadcast(self.handle, root)
@@ -857,6 +862,39 @@ class Metrics(_Handle):
     def summary(self):
         """count, median, mean, std_error, jitter, data_wait, comm_exposed, compute."""
         return Record(_filled(_capi.RateSummary, lib().cohort_metrics_summary, self.handle))
+
+
+class RunLog(_Handle):
+    """The ``tensorboard_dir`` event file and the ``log_csv`` file of a run
+    (cohort_run_log_t), written by rank 0; on other ranks, and with neither setting,
+    every call does nothing."""
+
+    _destroy_name = "cohort_run_log_destroy"
+
+    def __init__(self, runtime, config=None, **options):
+        super().__init__()
+        cfg = _config_for(config, options, runtime.config() if options else None)
+        h = c_void_p()
+        lib().cohort_run_log_create(runtime.handle, _handle_or_null(cfg), byref(h))
+        self._adopt(h.value, runtime)
+
+    def step(self, step, loss, lr, step_s, images, epoch=0.0, data_wait_s=0.0, comm_exposed_s=0.0):
+        """One training step: ``step`` counts the steps done, this one included."""
+        r = _capi.StepRecord()
+        r.struct_size = ctypes.sizeof(r)
+        r.step, r.epoch, r.loss, r.lr, r.step_s = step, epoch, loss, lr, step_s
+        r.data_wait_s, r.comm_exposed_s, r.images = data_wait_s, comm_exposed_s, float(images)
+        lib().cohort_run_log_step(self.handle, byref(r))
+
+    def evaluation(self, step, result):
+        """An evaluation at ``step``: ``result`` is Model.evaluate()'s Record (or a dict
+        with samples, top1, top5 and loss)."""
+        values = result.as_dict() if isinstance(result, Record) else dict(result)
+        e = _capi.EvalResult()
+        e.struct_size = ctypes.sizeof(e)
+        for key in ("samples", "top1", "top5", "loss"):
+            setattr(e, key, values[key])
+        lib().cohort_run_log_eval(self.handle, step, byref(e))
 
 
 def run_summary_json(model, ranks=1, local_ranks=1, device="cpu", precision="f32", data="synthetic",

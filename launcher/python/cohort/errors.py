@@ -83,6 +83,11 @@ class PeerLostError(CohortError):
     """A rank is gone and the runtime is poisoned (COHORT_ERR_PEER_LOST)."""
 
 
+class PeerShutdownError(CohortError):
+    """A rank shut down its runtime without submitting this collective, most likely after
+    an error of its own: look at that rank's error output (COHORT_ERR_PEER_SHUTDOWN)."""
+
+
 class CUDAError(CohortError):
     """A CUDA runtime call failed (COHORT_ERR_CUDA)."""
 
@@ -116,6 +121,7 @@ STATUSES = {
     5: ("COHORT_ERR_STALLED", StalledError),
     6: ("COHORT_ERR_CANCELLED", CancelledError),
     7: ("COHORT_ERR_END_OF_DATA", EndOfDataError),
+    8: ("COHORT_ERR_PEER_SHUTDOWN", PeerShutdownError),
     100: ("COHORT_ERR_OUT_OF_MEMORY", OutOfMemoryError),
     101: ("COHORT_ERR_IO", CohortIOError),
     102: ("COHORT_ERR_CORRUPT_DATA", CorruptDataError),
