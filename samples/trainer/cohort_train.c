@@ -450,6 +450,27 @@ static int serve_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   return end_step(t, p, epoch, in_epoch, epoch_end, p->step == plan->total, p->step % t->set.passes == 0);
 }
 
+/* Whether the workers' steps move together (replicated, parameter_server): one rank's
+ * step time is then every worker's. async_parameter_server and independent workers run
+ * at their own pace (more ranks than cores make them take turns), so each measures its
+ * own rate and the total is their sum, as tf_cnn_benchmarks reports it. */
+static int in_lockstep(const trainer_t* t) {
+  return strcmp(t->roles.variable_update, "replicated") == 0 || strcmp(t->roles.variable_update, "parameter_server") == 0;
+}
+
+/* Collective: the workers' own rates summed into the total (modes not in lockstep). */
+static int total_rates(const trainer_t* t, cohort_rate_summary_t* rates) {
+  if (in_lockstep(t)) return 0;
+  if (!t->roles.worker) rates->median = rates->mean = rates->std_error = rates->jitter = 0; /* a dedicated server */
+  double v[4] = {rates->median, rates->mean, rates->std_error * rates->std_error, rates->jitter};
+  CHECK(allreduce_f64(t->rt, "trainer/total_rates", v, 4, 0), "summing the workers' rates");
+  rates->median = v[0];
+  rates->mean = v[1];
+  rates->std_error = sqrt(v[2]);
+  rates->jitter = v[3];
+  return 0;
+}
+
 /* One batch: read it, train on it, measure it, report it, then checkpoint and evaluate
  * as end_step says. */
 static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
@@ -461,7 +482,9 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_train_stats_t st = {.struct_size = sizeof st};
   CHECK(cohort_optimizer_train_step(t->opt, &b, &st), "training step");
   const double secs = now_s() - t0;
-  const double images = (double)(b.valid * t->roles.workers);
+  /* In lockstep every worker trains a batch in this step's time; otherwise this rank's own
+   * rate is measured and report() sums the workers'. */
+  const double images = (double)(b.valid * (in_lockstep(t) ? t->roles.workers : 1));
   ++p->step;
   p->loss = st.loss;
   CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, images), "recording the step");
@@ -607,6 +630,8 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
 static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_rate_summary_t rates = {.struct_size = sizeof rates};
   CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
+  const cohort_rate_summary_t own = rates;
+  if (total_rates(t, &rates)) return 1;
   double loss = p->loss;
   int64_t read = 0;
   cohort_run_summary_t rs = {.struct_size = sizeof rs};
@@ -618,8 +643,8 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   if (t->set.eval && evaluate(t, p, NULL, &ev)) return 1;
   if (t->rank != 0) return 0;
   printf("----------------------------------------------------------------\n");
-  printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", rates.mean, rates.std_error, rates.jitter);
-  printf("total images/sec: %.2f\n", rates.mean);
+  printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", own.mean, own.std_error, own.jitter);
+  printf("total images/sec: %.2f%s\n", rates.mean, in_lockstep(t) ? "" : " (the workers' own rates summed)");
   if (t->set.profile) print_profile(t);
   printf("----------------------------------------------------------------\n");
   printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);

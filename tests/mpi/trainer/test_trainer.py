@@ -349,6 +349,12 @@ def group_modes():
               f"{what}: the global batch counts the workers", out)
         check(any(l.startswith(f"Variables:   {mode}") for l in out.split("\n")), f"{what}: header line", out)
         async_ = mode == "async_parameter_server"
+        if mode in ("async_parameter_server", "independent"):
+            own = [float(l.split()[1]) for l in out.split("\n") if l.startswith("images/sec: ")]
+            total = [l for l in out.split("\n") if l.startswith("total images/sec: ")]
+            check(len(own) == 1 and len(total) == 1 and total[0].endswith("(the workers' own rates summed)")
+                  and float(total[0].split()[2]) > own[0] and s["images_per_sec"]["mean"] > own[0],
+                  f"{what}: the total sums the workers' own rates", out)
         check(("staleness" in s) == async_ and ("staleness: " in out) == async_,
               f"{what}: staleness reported exactly for the asynchronous mode", out)
         if async_:
