@@ -455,7 +455,8 @@ static int serve_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
  * at their own pace (more ranks than cores make them take turns), so each measures its
  * own rate and the total is their sum, as tf_cnn_benchmarks reports it. */
 static int in_lockstep(const trainer_t* t) {
-  return strcmp(t->roles.variable_update, "replicated") == 0 || strcmp(t->roles.variable_update, "parameter_server") == 0;
+  return strcmp(t->roles.variable_update, "replicated") == 0 ||
+         strcmp(t->roles.variable_update, "parameter_server") == 0;
 }
 
 /* Collective: the workers' own rates summed into the total (modes not in lockstep). */

@@ -37,7 +37,8 @@ static int names_gone_rank(const char* e, int gone) {
   snprintf(look, sizeof look, "rank %d's own error output", gone);
   if (strstr(e, who) && strstr(e, look)) return 1;
   const char* list = strstr(e, "ranks [");
-  if (!list || !strstr(e, "have shut down their engines") || !strstr(e, "look for the error output of ranks [")) return 0;
+  if (!list || !strstr(e, "have shut down their engines") || !strstr(e, "look for the error output of ranks ["))
+    return 0;
   for (const char* p = list + 7; *p && *p != ']';) {
     char* end = NULL;
     const long r = strtol(p, &end, 10);
