@@ -104,18 +104,24 @@ int main(int argc, char** argv) {
   if (cohort_config_create(&cfg) != COHORT_OK) return fail("config");
   char** rest = malloc(sizeof(char*) * (size_t)(argc + 1));
   int nrest = 0;
-  if (!rest) return 2;
+  if (!rest) {
+    cohort_config_destroy(cfg);
+    return 2;
+  }
   long shards = 1, limit = 10, max_threads = sysconf(_SC_NPROCESSORS_ONLN), batches = 20;
   int bad = 0;
   take_int(&argc, argv, "--shards", &shards, &bad);
   take_int(&argc, argv, "--limit", &limit, &bad);
   take_int(&argc, argv, "--max-threads", &max_threads, &bad);
   take_int(&argc, argv, "--batches", &batches, &bad);
-  if (bad) return usage("--shards, --limit, --max-threads and --batches take a whole number");
-  if (max_threads < 1 || batches < 1) return usage("--max-threads and --batches must be at least 1");
-  if (cohort_config_parse_args(cfg, argc, argv, COHORT_PARSE_STRICT, &nrest, rest) != COHORT_OK) return fail("options");
   int status = 0;
-  if (nrest >= 2 && (strcmp(rest[1], "-h") == 0 || strcmp(rest[1], "--help") == 0)) {
+  if (bad) {
+    status = usage("--shards, --limit, --max-threads and --batches take a whole number");
+  } else if (max_threads < 1 || batches < 1) {
+    status = usage("--max-threads and --batches must be at least 1");
+  } else if (cohort_config_parse_args(cfg, argc, argv, COHORT_PARSE_STRICT, &nrest, rest) != COHORT_OK) {
+    status = fail("options");
+  } else if (nrest >= 2 && (strcmp(rest[1], "-h") == 0 || strcmp(rest[1], "--help") == 0)) {
     status = usage(NULL) - 2;
   } else if (nrest == 4 && strcmp(rest[1], "pack") == 0) {
     int64_t written = 0;
