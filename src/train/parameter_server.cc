@@ -139,9 +139,9 @@ void PsServer::receive(size_t w, size_t slot) {
 }
 
 void PsServer::update(std::span<const Tensor> grads, double lr) {
+  std::lock_guard lock(mu_);
   std::vector<ParamGrad> params;
   for (size_t j = 0; j < shard_.size(); ++j) params.push_back({shard_[j].name, master_[j], grads[j]});
-  std::lock_guard lock(mu_);
   optimizer_.step(params, lr);
   ++version_;
   ++stats_.updates;
@@ -205,10 +205,8 @@ void PsServer::release_deferred() {
 
 void PsServer::reply(size_t w) {
   Peer& p = *peers_[w];
-  {
-    std::lock_guard lock(mu_);
-    p.pulled = version_;
-  }
+  std::lock_guard lock(mu_);  // load() may replace the master variables
+  p.pulled = version_;
   for (size_t j = 0; j < shard_.size(); ++j)
     sends_.push_back(engine_.send(p.rank, options_.tags.value(shard_[j].index), master_[j]));
 }
@@ -233,7 +231,13 @@ void PsServer::load(std::span<const Tensor> values, std::span<const NamedTensor>
   for (const NamedTensor& e : state)
     if (owns_entry(e.name, names)) mine.push_back(e);
   std::lock_guard lock(mu_);
-  for (size_t j = 0; j < shard_.size(); ++j) std::memcpy(master_[j].data(), values[j].data(), master_[j].nbytes());
+  // Into fresh buffers: answers to earlier pulls may still be reading the old ones (the
+  // engine sends from them), and they keep them alive until they are out.
+  for (size_t j = 0; j < shard_.size(); ++j) {
+    Tensor fresh = Tensor::empty(master_[j].shape(), master_[j].dtype());
+    std::memcpy(fresh.data(), values[j].data(), fresh.nbytes());
+    master_[j] = fresh;
+  }
   optimizer_.import_state(mine);
   version_ = steps;
   for (auto& p : peers_) p->pulled = steps;  // the workers start from these values

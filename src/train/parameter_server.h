@@ -96,7 +96,7 @@ class PsServer {
   std::vector<ShardVariable> shard_;
   std::shared_ptr<comm::Inbox> inbox_;
 
-  mutable std::mutex mu_;  // master variables, optimizer, stats
+  mutable std::mutex mu_;  // master variables (load() replaces them), optimizer, stats
   std::vector<Tensor> master_;
   Optimizer optimizer_;
   int64_t version_ = 0;  // updates applied (since the last load)
