@@ -19,7 +19,16 @@
 namespace cohort::train {
 namespace {
 
+// Servers made by serve() in the current run_ranks: PsServer::load is for before any
+// worker pushes, so the workers wait for it.
+std::atomic<int> g_loaded{0};
+
+void wait_for_server() {
+  while (g_loaded.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
 void run_ranks(int n, const std::function<void(comm::Engine&, int)>& fn) {
+  g_loaded = 0;
   auto world = std::make_shared<comm::LocalWorld>(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
@@ -68,6 +77,7 @@ std::unique_ptr<PsServer> serve(comm::Engine& engine, std::vector<int> workers, 
   Vars start;
   std::vector<Tensor> values = {start.a, start.b};
   server->load(values, {}, 0);
+  ++g_loaded;
   return server;
 }
 
@@ -123,6 +133,7 @@ TEST(ParameterServer, ASynchronousServerAveragesOnePushFromEveryWorker) {
     if (rank == 0) server = serve(engine, {0, 1}, true);
     Vars v;
     {
+      wait_for_server();
       PsWorker worker(engine, PsTags{}, v.params(), {0, 0}, 1);
       v.set_grads(rank == 0 ? 1.0f : 3.0f);
       worker.gradient_ready(1);  // in any order; "a" is pushed by step()
@@ -144,6 +155,7 @@ TEST(ParameterServer, ADedicatedServerSumsPassesAveragedOverThem) {
       return;
     }
     Vars v;
+    wait_for_server();
     PsWorker worker(engine, PsTags{}, v.params(), {2, 2}, 2);
     v.set_grads(1.0f);
     EXPECT_FALSE(worker.step(1.0, 1));  // accumulation pass
@@ -167,6 +179,7 @@ TEST(ParameterServer, AnAsynchronousServerAppliesPushesWithoutWaitingForIdleWork
       return;
     }
     Vars v;
+    wait_for_server();
     PsWorker worker(engine, PsTags{}, v.params(), {2, 2}, 1);
     if (rank == 0) {
       for (int64_t k = 1; k <= 5; ++k) {
@@ -197,6 +210,7 @@ TEST(ParameterServer, StalenessIsCountedPerUpdate) {
       return;
     }
     Vars v;
+    wait_for_server();
     PsWorker worker(engine, PsTags{}, v.params(), {2, 2}, 1);
     if (rank == 0) {
       for (int64_t k = 1; k <= 3; ++k) ASSERT_TRUE(worker.step(0.1, k));  // 0 behind each time
@@ -227,6 +241,7 @@ TEST(ParameterServer, AWorkerTooFarAheadWaitsForTheSlowestOne) {
       return;
     }
     Vars v;
+    wait_for_server();
     PsWorker worker(engine, PsTags{}, v.params(), {2, 2}, 1);
     if (rank == 0) {
       for (int64_t k = 1; k <= 4; ++k) {
