@@ -173,7 +173,6 @@ static void train_step_learns_and_checks(void** state) {
   (void)state;
   cohort_config_t* cfg = config();
   cohort_model_t* m = model(cfg);
-  cohort_model_t* other = model(cfg);
   cohort_optimizer_t* opt = NULL;
   assert_int_equal(cohort_optimizer_create(m, cfg, &opt), COHORT_OK);
   batch_t* bt = malloc(sizeof *bt);
@@ -223,7 +222,6 @@ static void train_step_learns_and_checks(void** state) {
                "cohort_optimizer_train_step", "shape");
   free(bt);
   cohort_optimizer_destroy(opt);
-  cohort_model_destroy(other);
   cohort_model_destroy(m);
   cohort_config_destroy(cfg);
 }
