@@ -311,9 +311,6 @@ void Pipeline::reader_loop() {
   const int64_t nslots = static_cast<int64_t>(slots_.size());
   int64_t cpu_mark = thread_cpu_ns();  // everything a reader does is the read stage
   for (;;) {
-    const int64_t cpu = thread_cpu_ns();
-    read_cpu_ns_ += cpu - cpu_mark;
-    cpu_mark = cpu;
     Work* w = nullptr;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -357,6 +354,11 @@ void Pipeline::reader_loop() {
     }
     read_ns_ += now_ns() - t0;
     if (ok) bytes_read_ += static_cast<int64_t>(w->sample.storage.size());
+    // Counted before the sample is handed on, so that statistics taken once its batch is
+    // out include its read.
+    const int64_t cpu = thread_cpu_ns();
+    read_cpu_ns_ += cpu - cpu_mark;
+    cpu_mark = cpu;
     if (!ok) {
       Slot* slot = w->slot;
       int64_t index = w->sample.index;
@@ -402,7 +404,13 @@ void Pipeline::decoder_loop() {
       ok = false;
       error = Error(Code::kOutOfMemory, cat(source_->origin(w->sample.index), ": out of memory"));
     }
-    decode_ns_ += now_ns() - t0;
+    const int64_t work_ns = now_ns() - t0;
+    decode_ns_ += work_ns;
+    // Counted before the sample is finished, so that statistics taken once its batch is
+    // out include it (the handing over below counts with the next sample).
+    const int64_t cpu = thread_cpu_ns();
+    add_decoder_cpu(cpu - cpu_mark, work_ns, wall);
+    cpu_mark = cpu;
     Slot* slot = w->slot;
     int64_t index = w->sample.index;
     bool pad = w->sample.kind == Sample::Kind::kPad;
@@ -413,9 +421,6 @@ void Pipeline::decoder_loop() {
     cv_space_.notify_one();
     if (pad) padded_++;
     finish_sample(*slot, ok, ok ? nullptr : &error, pad ? -1 : index);
-    const int64_t cpu = thread_cpu_ns();
-    add_decoder_cpu(cpu - cpu_mark, now_ns() - t0, wall);
-    cpu_mark = cpu;
   }
 }
 
