@@ -16,6 +16,9 @@ batch = int(sys.argv[3]) if len(sys.argv) > 3 else 64
 steps = int(sys.argv[4]) if len(sys.argv) > 4 else 60
 warmup = 10
 peer = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ddp_peer.py")
+if subprocess.run(["/usr/bin/python3", "-c", "import torch"], capture_output=True).returncode != 0:
+    sys.exit("scaling.py: the peer, PyTorch DDP, is not importable by /usr/bin/python3 (Debian's python3-torch): "
+             "scripts/bench installs it before it runs the benchmarks")
 
 
 def cohort(np):
