@@ -385,6 +385,10 @@ class PsExchange final : public Exchange {
       if (e.name == "step") optimizer_.set_steps(*e.tensor.data_as<int64_t>());
     }
     if (server_) load_server();
+    // No worker may push before every server holds the broadcast values: an update
+    // applied before a server's load would be lost and its answer would carry the old
+    // variables (a resumed run then ended elsewhere than an uninterrupted one).
+    quiesce();
   }
 
   void gather() override {
@@ -461,7 +465,7 @@ class PsExchange final : public Exchange {
   void load_server() { server_->load(shard_values(), optimizer_.export_state(), optimizer_.steps()); }
   // Collective: once every rank is here, every worker's last push has been answered, so
   // the servers' variables hold still (a dedicated server's caller gets here at once,
-  // long before its workers).
+  // long before its workers), and every server has finished what it did before.
   void quiesce() {
     Tensor one = Tensor::empty({1}, DType::kI64);
     comm_.allreduce_async("ps/quiesce", one, 1.0, 1.0);
