@@ -101,15 +101,35 @@ struct Scale {
 
 namespace cohort::kernels {
 
-// Loss scaling: g *= inv_scale, raising *nonfinite when any result is inf or NaN
-// (an overflow in the f16 backward pass). Every writer stores 1, so the race between
-// device threads is benign.
-struct UnscaleCheck {
+// Sets every element to zero (gradients of a step without valid rows, fresh sums).
+struct Zero {
+  COHORT_HD void operator()(int64_t i, float* x) const { x[i] = 0.0f; }
+};
+
+// Loss scaling as a reduction map: g[i] *= inv_scale, and 1 when the result is inf or
+// NaN (an overflow in the f16 backward pass), else 0; summed over a gradient with
+// kernels::reduce_into, a non-zero count skips the step.
+struct UnscaleCount {
+  float* g;
   float inv_scale;
-  COHORT_HD void operator()(int64_t i, float* g, uint32_t* nonfinite) const {
+  COHORT_HD uint32_t operator()(int64_t i) const {
     const float v = g[i] * inv_scale;
     g[i] = v;
-    if (!(v - v == 0.0f)) *nonfinite = 1u;  // inf − inf and NaN − NaN are NaN
+    return v - v == 0.0f ? 0u : 1u;  // inf − inf and NaN − NaN are NaN
+  }
+};
+
+// x[i]² in f64, summed for the LARS norms.
+struct SquareF64 {
+  const float* x;
+  COHORT_HD double operator()(int64_t i) const { return static_cast<double>(x[i]) * static_cast<double>(x[i]); }
+};
+
+// The combination of reduce_into's sums.
+struct Plus {
+  template <typename T>
+  COHORT_HD T operator()(T a, T b) const {
+    return a + b;
   }
 };
 

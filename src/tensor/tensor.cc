@@ -7,20 +7,11 @@
 
 #include "core/status.h"
 #include "core/strings.h"
+#include "kernels/copy.h"
+#include "tensor/allocator.h"
+#include "tensor/device_api.h"
 
 namespace cohort {
-
-std::string Device::to_string() const {
-  switch (kind) {
-    case Kind::kCpu:
-      return "cpu";
-    case Kind::kCuda:
-      return "cuda:" + std::to_string(id);
-    case Kind::kCudaHost:
-      return "cuda_host";
-  }
-  return "?";
-}
 
 std::string shape_string(const Shape& shape) {
   std::string s = "[";
@@ -53,24 +44,46 @@ std::vector<int64_t> contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-std::shared_ptr<Storage> allocate_host(size_t bytes, bool zero) {
+std::shared_ptr<Storage> allocate_host(size_t bytes, bool zero, std::shared_ptr<Allocator> allocator) {
   constexpr size_t kAlign = 64;
   size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
   void* p = std::aligned_alloc(kAlign, rounded);
   if (!p) fail(Code::kOutOfMemory, "cannot allocate ", format_bytes(static_cast<double>(bytes)), " of host memory");
   if (zero) std::memset(p, 0, rounded);
-  return std::make_shared<Storage>(p, bytes, Device{}, [](void* q) { std::free(q); });
+  return std::make_shared<Storage>(
+      p, bytes, Device{}, [](void* q) { std::free(q); }, std::move(allocator));
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype) {
+Tensor Tensor::over_storage(std::shared_ptr<Storage> storage, const Shape& shape, int64_t numel, DType dtype) {
   Tensor t;
-  t.numel_ = shape_numel(shape);
-  t.storage_ = allocate_host(static_cast<size_t>(t.numel_) * dtype_size(dtype), true);
-  t.data_ = t.storage_->data();
+  t.numel_ = numel;
+  t.data_ = storage->data();
+  t.device_ = storage->device();
+  t.storage_ = std::move(storage);
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
   t.dtype_ = dtype;
   return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  const int64_t n = shape_numel(shape);
+  return over_storage(allocate_host(static_cast<size_t>(n) * dtype_size(dtype), true), shape, n, dtype);
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Allocator& allocator, const Stream& stream) {
+  const int64_t n = shape_numel(shape);
+  return over_storage(allocator.allocate(static_cast<size_t>(n) * dtype_size(dtype), stream), shape, n, dtype);
+}
+
+Tensor Tensor::empty_like(const Tensor& like, const Shape& shape, DType dtype, const Stream& stream) {
+  if (like.storage_ && like.storage_->allocator()) return empty(shape, dtype, *like.storage_->allocator(), stream);
+  if (like.device().is_host()) {
+    const int64_t n = shape_numel(shape);
+    return over_storage(allocate_host(static_cast<size_t>(n) * dtype_size(dtype), false), shape, n, dtype);
+  }
+  fail(Code::kInvalidArgument, "cannot allocate a tensor like ", like.describe(),
+       ": its memory was not allocated by cohort, so there is no allocator for ", like.device().to_string());
 }
 
 Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, std::vector<int64_t> strides) {
@@ -166,6 +179,8 @@ DLTensor Tensor::dlpack_view() const {
     case Device::Kind::kCudaHost:
       dl.device = {kDLCUDAHost, 0};
       break;
+    case Device::Kind::kTest:
+      fail(Code::kUnsupported, "a tensor on the test device has no DLPack device type");
   }
   dl.ndim = ndim();
   dl.dtype = cohort::to_dlpack(dtype_);
@@ -173,6 +188,61 @@ DLTensor Tensor::dlpack_view() const {
   dl.strides = const_cast<int64_t*>(strides_.data());
   dl.byte_offset = 0;
   return dl;
+}
+
+namespace {
+
+// The stream a copy involving `d` runs on: `s` when it belongs to d, else d's default.
+Stream stream_for(Device d, const Stream& s) {
+  if (s.device() == d) return s;
+  return Stream(d, nullptr);
+}
+
+void require_contiguous(const Tensor& t, const char* what, const char* role) {
+  if (!t.is_contiguous()) fail(Code::kInvalidArgument, what, ": the ", role, " ", t.describe(), " is not contiguous");
+  if (!t.defined()) fail(Code::kInvalidArgument, what, ": the ", role, " ", t.describe(), " has no data");
+}
+
+}  // namespace
+
+void copy(const Tensor& dst, const Tensor& src, const Stream& stream) {
+  require_contiguous(dst, "copy", "destination");
+  require_contiguous(src, "copy", "source");
+  if (dst.dtype() != src.dtype() || dst.numel() != src.numel())
+    fail(Code::kInvalidArgument, "copy: cannot copy ", src.describe(), " into ", dst.describe(),
+         ": dtypes and element counts must agree");
+  const size_t bytes = src.nbytes();
+  if (bytes == 0 || dst.data() == src.data()) return;
+  if (dst.device().is_host() && src.device().is_host()) {
+    kernels::copy_bytes(dst.data(), src.data(), bytes);
+    return;
+  }
+  // One side is a device: that device's API runs the copy (host memory on the other side).
+  const Device d = dst.device().is_host() ? src.device() : dst.device();
+  if (!dst.device().is_host() && !src.device().is_host() && !(dst.device() == src.device()) &&
+      dst.device().kind != src.device().kind)
+    fail(Code::kUnsupported, "copy: no direct copy from ", src.describe(), " to ", dst.describe(),
+         "; copy through host memory");
+  device_api(d.kind).copy(dst.data(), src.data(), bytes, stream_for(d, stream));
+}
+
+void zero(const Tensor& t, const Stream& stream) {
+  require_contiguous(t, "zero", "tensor");
+  if (t.nbytes() == 0) return;
+  device_api(t.device().kind).zero(t.data(), t.nbytes(), stream_for(t.device(), stream));
+}
+
+Tensor to_host(const Tensor& t, const Stream& stream) {
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  copy(out, t, stream);
+  if (!stream.is_host()) device_api(stream.device().kind).synchronize(stream);
+  return out;
+}
+
+Tensor clone_to(const Tensor& t, Allocator& allocator, const Stream& stream) {
+  Tensor out = Tensor::empty(t.shape(), t.dtype(), allocator, stream);
+  copy(out, t, stream);
+  return out;
 }
 
 bool Tensor::is_contiguous() const {

@@ -1,5 +1,6 @@
 // Tensor: a typed, shaped, strided view of memory on a device, owning a reference to
-// its storage (or borrowing caller memory). DLPack import/export lives here too.
+// its storage (or borrowing caller memory); copies and fills that follow the tensors'
+// devices. DLPack import/export lives here too.
 #pragma once
 
 #include <cstdint>
@@ -10,28 +11,24 @@
 
 #include <dlpack/dlpack.h>
 
+#include "tensor/device.h"
 #include "tensor/dtype.h"
 
 namespace cohort {
 
-struct Device {
-  enum class Kind : uint8_t { kCpu, kCuda, kCudaHost };
-  Kind kind = Kind::kCpu;
-  int id = 0;
-  bool is_host() const { return kind != Kind::kCuda; }
-  bool operator==(const Device&) const = default;
-  std::string to_string() const;  // "cpu", "cuda:0", "cuda_host"
-};
+class Allocator;
 
 using Shape = std::vector<int64_t>;
 std::string shape_string(const Shape& shape);  // "[2, 3, 4]"
 int64_t shape_numel(const Shape& shape);       // throws kInvalidArgument on negative dims or overflow
 
-// Memory with a deleter; shared by tensors viewing it.
+// Memory with a deleter; shared by tensors viewing it. Memory an allocator handed out
+// keeps that allocator alive (Tensor::empty_like allocates from it again).
 class Storage {
  public:
-  Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter)
-      : data_(data), bytes_(bytes), device_(device), deleter_(std::move(deleter)) {}
+  Storage(void* data, size_t bytes, Device device, std::function<void(void*)> deleter,
+          std::shared_ptr<Allocator> allocator = nullptr)
+      : data_(data), bytes_(bytes), device_(device), deleter_(std::move(deleter)), allocator_(std::move(allocator)) {}
   ~Storage() {
     if (deleter_) deleter_(data_);
   }
@@ -40,22 +37,33 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  const std::shared_ptr<Allocator>& allocator() const { return allocator_; }
 
  private:
   void* data_;
   size_t bytes_;
   Device device_;
   std::function<void(void*)> deleter_;
+  std::shared_ptr<Allocator> allocator_;
 };
 
 // 64-byte aligned host memory (zeroed on request). Throws kOutOfMemory naming the size.
-std::shared_ptr<Storage> allocate_host(size_t bytes, bool zero = false);
+std::shared_ptr<Storage> allocate_host(size_t bytes, bool zero = false, std::shared_ptr<Allocator> allocator = nullptr);
 
 class Tensor {
  public:
   Tensor() = default;
   // A new contiguous host tensor (64-byte aligned, zeroed).
   static Tensor empty(const Shape& shape, DType dtype);
+  // A new contiguous tensor from `allocator`, for use on `stream`; not zeroed.
+  static Tensor empty(const Shape& shape, DType dtype, Allocator& allocator, const Stream& stream = {});
+  // A new contiguous tensor on like's device, from the allocator like's memory came
+  // from (host memory when like borrows host memory); not zeroed. Throws
+  // kInvalidArgument for borrowed device memory (no allocator to ask).
+  static Tensor empty_like(const Tensor& like, const Shape& shape, DType dtype, const Stream& stream = {});
+  static Tensor empty_like(const Tensor& like, const Stream& stream = {}) {
+    return empty_like(like, like.shape(), like.dtype(), stream);
+  }
   // A view of caller memory; the caller keeps it alive (borrowed).
   static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = {},
                      std::vector<int64_t> strides = {});
@@ -86,8 +94,12 @@ class Tensor {
   bool is_contiguous() const;
   bool defined() const { return data_ != nullptr || numel_ == 0; }
   std::string describe() const;  // "f32[2, 3] on cpu"
+  // The storage this tensor views (null for borrowed memory).
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
 
  private:
+  static Tensor over_storage(std::shared_ptr<Storage> storage, const Shape& shape, int64_t numel, DType dtype);
+
   std::shared_ptr<Storage> storage_;  // null for borrowed views
   void* data_ = nullptr;
   Shape shape_;
@@ -98,5 +110,18 @@ class Tensor {
 };
 
 std::vector<int64_t> contiguous_strides(const Shape& shape);
+
+// Copies src into dst: same dtype and element count, both contiguous, any devices. A
+// copy that involves a device is ordered on `stream` when it is that device's stream
+// (the caller synchronises before the host reads the result); with a host stream it
+// runs on the device's default stream and is complete on return. Host to host copies
+// run at once.
+void copy(const Tensor& dst, const Tensor& src, const Stream& stream = {});
+// Sets every byte of t to zero (on `stream` as copy() does). t must be contiguous.
+void zero(const Tensor& t, const Stream& stream = {});
+// A contiguous host copy of t, complete on return (waits for `stream`).
+Tensor to_host(const Tensor& t, const Stream& stream = {});
+// A contiguous copy of t from `allocator`, ordered on `stream`.
+Tensor clone_to(const Tensor& t, Allocator& allocator, const Stream& stream = {});
 
 }  // namespace cohort

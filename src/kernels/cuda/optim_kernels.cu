@@ -1,0 +1,28 @@
+// The training step's element-wise work on CUDA: optimizer updates, sums over passes,
+// scaling, gradient compression, loss scaling and the LARS norms — the kernels/
+// functors the host loops run, instantiated for the argument types their callers
+// pass (src/optim, src/train).
+#include "kernels/cuda/launch.cuh"
+#include "kernels/f16_compress.h"
+#include "kernels/optim_update.h"
+
+namespace cohort::kernels::cuda {
+
+#define COHORT_FOR_EACH(F, ...) template void launch_for_each<F, __VA_ARGS__>(void*, int64_t, F, __VA_ARGS__);
+#define COHORT_REDUCE(T, Map, Combine) \
+  template void launch_reduce_into<T, Map, Combine>(void*, int64_t, Map, Combine, T*);
+
+COHORT_FOR_EACH(SgdUpdate, float*, const float*, float*)
+COHORT_FOR_EACH(AdamUpdate, float*, const float*, float*, float*)
+COHORT_FOR_EACH(LarsUpdate, float*, const float*, float*)
+COHORT_FOR_EACH(AccumulateScaled, float*, const float*)
+COHORT_FOR_EACH(Scale, float*)
+COHORT_FOR_EACH(Zero, float*)
+COHORT_FOR_EACH(CompressF16, uint16_t*, const float*)
+COHORT_FOR_EACH(CompressBF16, uint16_t*, const float*)
+COHORT_FOR_EACH(DecompressF16, float*, const uint16_t*)
+COHORT_FOR_EACH(DecompressBF16, float*, const uint16_t*)
+COHORT_REDUCE(double, SquareF64, Plus)
+COHORT_REDUCE(uint32_t, UnscaleCount, Plus)
+
+}  // namespace cohort::kernels::cuda

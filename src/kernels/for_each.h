@@ -1,0 +1,153 @@
+// Element-wise work written once, run where a stream runs: kernels::for_each calls a
+// COHORT_HD functor f(i, args...) for every i in [0, n), and kernels::reduce_into
+// combines map(i) over [0, n). On the host they run on a libgomp team of the stream's
+// threads (the OpenMP runtime oneDNN uses, so no second pool competes with its
+// workers), serially below kSerialBelow elements; on CUDA they are one kernel launch
+// of the same functor (src/kernels/cuda/launch.cuh); on the test device they run
+// inline. No std::function and no allocation per call.
+//
+// In a CUDA build every (functor, argument types) that for_each or reduce_into is
+// called with is instantiated in a .cu file of src/kernels/cuda/ (one per functor
+// family); a missing one fails to link. Code that only ever runs on the host calls
+// host_for_each and host_reduce_into, which need none.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/status.h"
+#include "tensor/device.h"
+
+extern "C" {
+// libgomp, the OpenMP runtime oneDNN is built with (declared here so that cohort's
+// own sources need no -fopenmp, which would pull in clang's libomp instead).
+// GOMP_parallel is libgomp's entry for `#pragma omp parallel`.
+void omp_set_num_threads(int);
+int omp_get_max_threads(void);
+int omp_get_thread_num(void);
+int omp_get_num_threads(void);
+void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
+}
+
+namespace cohort::kernels {
+
+// Below this many elements a host loop runs on the calling thread alone: waking a
+// team costs more than it saves.
+inline constexpr int64_t kSerialBelow = int64_t{1} << 14;
+// The largest team a host reduction splits across (its partial sums live on the stack).
+inline constexpr int kMaxReduceTeam = 64;
+
+// fn(lo, hi) over [0, n) in chunks of whole cache lines (16 elements of 4 bytes), one
+// per member of a libgomp team of `threads`; on the calling thread alone when threads
+// <= 1 or n < kSerialBelow. fn must not throw.
+template <typename Fn>
+void parallel_chunks(int threads, int64_t n, const Fn& fn) {
+  if (n <= 0) return;
+  if (threads <= 1 || n < kSerialBelow) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  struct Work {
+    int64_t n;
+    const Fn* fn;
+  } work{n, &fn};
+  GOMP_parallel(
+      [](void* p) {
+        const Work& w = *static_cast<const Work*>(p);
+        const int64_t parts = omp_get_num_threads(), i = omp_get_thread_num();
+        const int64_t chunk = ((w.n + parts - 1) / parts + 15) / 16 * 16;
+        const int64_t lo = i * chunk, hi = std::min(w.n, lo + chunk);
+        if (lo < hi) (*w.fn)(lo, hi);
+      },
+      &work, static_cast<unsigned>(threads), 0);
+}
+
+namespace cuda {
+// Defined in src/kernels/cuda/launch.cuh; each functor family instantiates what it
+// uses in a .cu file of src/kernels/cuda/. Launch errors throw kCuda.
+template <typename F, typename... Args>
+void launch_for_each(void* stream, int64_t n, F f, Args... args);
+template <typename T, typename Map, typename Combine>
+void launch_reduce_into(void* stream, int64_t n, Map map, Combine combine, T* out);
+}  // namespace cuda
+
+[[noreturn]] inline void no_cuda_kernels() {
+  fail(Code::kUnsupported, "a CUDA stream reached an element-wise kernel, but this build of cohort has no CUDA");
+}
+
+// f(i, args...) for i in [0, n) on a host team of `threads`.
+template <typename F, typename... Args>
+void host_for_each(int threads, int64_t n, const F& f, Args... args) {
+  parallel_chunks(threads, n, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) f(i, args...);
+  });
+}
+
+// f(i, args...) for i in [0, n), ordered on `stream`. f must not throw; on the host it
+// may run on several threads at once (for different i).
+template <typename F, typename... Args>
+void for_each(const Stream& stream, int64_t n, const F& f, Args... args) {
+  if (n <= 0) return;
+  if (stream.device().kind == Device::Kind::kCuda) {
+#if COHORT_HAVE_CUDA
+    cuda::launch_for_each(stream.native(), n, f, args...);
+    return;
+#else
+    no_cuda_kernels();
+#endif
+  }
+  host_for_each(stream.threads(), n, f, args...);
+}
+
+// reduce_into (below) on a host team of `threads`.
+template <typename T, typename Map, typename Combine>
+void host_reduce_into(int threads, int64_t n, const Map& map, const Combine& combine, T* out) {
+  if (n <= 0) return;
+  const int team = std::min(threads, kMaxReduceTeam);
+  if (team <= 1 || n < kSerialBelow) {
+    T acc = map(int64_t{0});
+    for (int64_t i = 1; i < n; ++i) acc = combine(acc, map(i));
+    *out = combine(*out, acc);
+    return;
+  }
+  struct alignas(64) Slot {
+    T value;
+    bool used;
+  };
+  Slot slots[kMaxReduceTeam];
+  for (Slot& s : slots) s.used = false;
+  parallel_chunks(team, n, [&](int64_t lo, int64_t hi) {
+    T acc = map(lo);
+    for (int64_t i = lo + 1; i < hi; ++i) acc = combine(acc, map(i));
+    Slot& s = slots[omp_get_thread_num()];
+    s.value = acc;
+    s.used = true;
+  });
+  T acc = *out;
+  for (const Slot& s : slots)
+    if (s.used) acc = combine(acc, s.value);
+  *out = acc;
+}
+
+// *out = combine(*out, combine(map(0), map(1), ..., map(n - 1))), ordered on `stream`;
+// `out` lives on the stream's device and holds the identity (or an earlier result) of
+// `combine`, which must be associative and commutative. map(i) may write element i of
+// its own buffers (a scaling pass that also checks its results). T is 4 or 8 bytes
+// (the CUDA kernel combines into *out with atomicCAS). On the host the order of the
+// combination is fixed for a given thread count.
+template <typename T, typename Map, typename Combine>
+void reduce_into(const Stream& stream, int64_t n, const Map& map, const Combine& combine, T* out) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "reduce_into combines 4- or 8-byte values");
+  if (n <= 0) return;
+  if (stream.device().kind == Device::Kind::kCuda) {
+#if COHORT_HAVE_CUDA
+    cuda::launch_reduce_into<T>(stream.native(), n, map, combine, out);
+    return;
+#else
+    no_cuda_kernels();
+#endif
+  }
+  host_reduce_into(stream.threads(), n, map, combine, out);
+}
+
+}  // namespace cohort::kernels

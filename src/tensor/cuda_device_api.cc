@@ -1,0 +1,111 @@
+// The CUDA runtime behind DeviceApi (CUDA builds only). Streams are non-blocking
+// (they never wait for the legacy default stream); events are created without timing.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "core/status.h"
+#include "tensor/device_api.h"
+
+namespace cohort {
+namespace {
+
+void check(cudaError_t rc, const char* call) {
+  if (rc != cudaSuccess) fail(Code::kCuda, call, " failed: ", cudaGetErrorString(rc), " (error ", int(rc), ")");
+}
+
+cudaStream_t native(const Stream& s) { return static_cast<cudaStream_t>(s.native()); }
+
+// Makes the stream's device current on this thread (CUDA calls act on the current one).
+void use_device(const Stream& s) {
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != s.device().id) check(cudaSetDevice(s.device().id), "cudaSetDevice");
+}
+
+class CudaEvent final : public Event::Impl {
+ public:
+  explicit CudaEvent(const Stream& s) {
+    use_device(s);
+    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cudaError_t rc = cudaEventRecord(event_, native(s));
+    if (rc != cudaSuccess) {
+      cudaEventDestroy(event_);
+      check(rc, "cudaEventRecord");
+    }
+  }
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  bool query() override {
+    cudaError_t rc = cudaEventQuery(event_);
+    if (rc == cudaErrorNotReady) return false;
+    check(rc, "cudaEventQuery");
+    return true;
+  }
+  void synchronize() override { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  void block(const Stream& s) override {
+    if (s.device().kind != Device::Kind::kCuda) return synchronize();
+    check(cudaStreamWaitEvent(native(s), event_, 0), "cudaStreamWaitEvent");
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaApi final : public DeviceApi {
+ public:
+  const char* name() const override { return "cuda"; }
+  void* allocate(int id, size_t bytes) override {
+    check(cudaSetDevice(id), "cudaSetDevice");
+    void* p = nullptr;
+    cudaError_t rc = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+    if (rc == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // not sticky, but clear it for the next call
+      return nullptr;
+    }
+    check(rc, "cudaMalloc");
+    return p;
+  }
+  void deallocate(int id, void* p) override {
+    if (!p) return;
+    cudaSetDevice(id);
+    cudaFree(p);  // a destructor path: an error here has nowhere to go
+  }
+  void copy(void* dst, const void* src, size_t bytes, const Stream& s) override {
+    if (!bytes) return;
+    use_device(s);
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(s)), "cudaMemcpyAsync");
+    if (!s.native()) check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  }
+  void zero(void* dst, size_t bytes, const Stream& s) override {
+    if (!bytes) return;
+    use_device(s);
+    check(cudaMemsetAsync(dst, 0, bytes, native(s)), "cudaMemsetAsync");
+    if (!s.native()) check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  }
+  Stream create_stream(int id) override {
+    check(cudaSetDevice(id), "cudaSetDevice");
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    return Stream(Device::cuda(id), s);
+  }
+  void destroy_stream(const Stream& s) override {
+    if (s.native()) cudaStreamDestroy(native(s));
+  }
+  Event record(const Stream& s) override { return Event(std::make_shared<CudaEvent>(s)); }
+  void synchronize(const Stream& s) override {
+    use_device(s);
+    check(cudaStreamSynchronize(native(s)), "cudaStreamSynchronize");
+  }
+};
+
+}  // namespace
+
+DeviceApi& cuda_device_api() {
+  static CudaApi api;
+  return api;
+}
+
+}  // namespace cohort

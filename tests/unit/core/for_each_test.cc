@@ -1,0 +1,114 @@
+// kernels::for_each and kernels::reduce_into against serial loops, below and above the
+// size where the host splits the work across a libgomp team (run under TSan too). The
+// test's own functors go through the host entry points (a CUDA build instantiates
+// device launches only for the library's functors).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "kernels/for_each.h"
+#include "kernels/optim_update.h"
+#include "tensor/device.h"
+
+namespace cohort {
+namespace {
+
+struct Axpy {
+  float a;
+  COHORT_HD void operator()(int64_t i, float* y, const float* x) const { y[i] += a * x[i]; }
+};
+
+struct Square {
+  const int64_t* x;
+  int64_t operator()(int64_t i) const { return x[i] * x[i]; }
+};
+
+struct Max {
+  int64_t operator()(int64_t a, int64_t b) const { return a < b ? b : a; }
+};
+
+const int64_t kSizes[] = {
+    0, 1, 15, 1000, kernels::kSerialBelow - 1, kernels::kSerialBelow, kernels::kSerialBelow * 3 + 17, 1 << 20};
+
+TEST(ForEach, MatchesASerialLoopOnEveryTeamSize) {
+  for (int threads : {1, 2, 3, 8}) {
+    for (int64_t n : kSizes) {
+      std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        x[static_cast<size_t>(i)] = static_cast<float>(i % 97) * 0.25f;
+        y[static_cast<size_t>(i)] = want[static_cast<size_t>(i)] = static_cast<float>(i % 13);
+      }
+      const Axpy f{2.0f};
+      for (int64_t i = 0; i < n; ++i) f(i, want.data(), x.data());
+      kernels::host_for_each(threads, n, f, y.data(), static_cast<const float*>(x.data()));
+      EXPECT_EQ(y, want) << "n=" << n << " threads=" << threads;
+    }
+  }
+}
+
+TEST(ForEach, RunsEveryIndexExactlyOnce) {
+  const int64_t n = kernels::kSerialBelow * 5 + 3;
+  std::vector<int> hits(static_cast<size_t>(n), 0);
+  struct Count {
+    COHORT_HD void operator()(int64_t i, int* h) const { ++h[i]; }
+  };
+  kernels::host_for_each(4, n, Count{}, hits.data());
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)], 1) << i;
+}
+
+TEST(ReduceInto, SumsAndMaximaMatchASerialLoopAndCombineWithTheOutput) {
+  for (int threads : {1, 2, 5}) {
+    for (int64_t n : kSizes) {
+      std::vector<int64_t> x(static_cast<size_t>(n));
+      std::iota(x.begin(), x.end(), int64_t{-7});
+      int64_t want = 11, got = 11;  // an earlier result the reduction adds to
+      for (int64_t v : x) want += v * v;
+      kernels::host_reduce_into(threads, n, Square{x.data()}, kernels::Plus{}, &got);
+      EXPECT_EQ(got, want) << "n=" << n << " threads=" << threads;
+      int64_t top = INT64_MIN;
+      kernels::host_reduce_into(threads, n, Square{x.data()}, Max{}, &top);
+      int64_t want_top = INT64_MIN;
+      for (int64_t v : x) want_top = std::max(want_top, v * v);
+      EXPECT_EQ(top, want_top) << "n=" << n;
+    }
+  }
+}
+
+TEST(ReduceInto, TheNonFiniteCountOfLossScalingScalesEveryElement) {
+  const int64_t n = kernels::kSerialBelow * 2;
+  std::vector<float> g(static_cast<size_t>(n), 4.0f);
+  g[5] = INFINITY;
+  g[static_cast<size_t>(n - 1)] = NAN;
+  uint32_t bad = 0;
+  kernels::reduce_into(Stream::host(2), n, kernels::UnscaleCount{g.data(), 0.5f}, kernels::Plus{}, &bad);
+  EXPECT_EQ(bad, 2u);
+  EXPECT_EQ(g[0], 2.0f);
+  EXPECT_EQ(g[static_cast<size_t>(n - 2)], 2.0f);
+}
+
+TEST(ForEach, TheLibraryFunctorsRunOnAHostStream) {
+  const int64_t n = kernels::kSerialBelow + 5;
+  std::vector<float> x(static_cast<size_t>(n), 3.0f);
+  kernels::for_each(Stream::host(2), n, kernels::Scale{0.5f}, x.data());
+  EXPECT_EQ(x.front(), 1.5f);
+  EXPECT_EQ(x.back(), 1.5f);
+  kernels::for_each(Stream::host(2), n, kernels::Zero{}, x.data());
+  EXPECT_EQ(*std::max_element(x.begin(), x.end()), 0.0f);
+}
+
+TEST(ReduceInto, SquaresInF64AreStableAcrossTeamSizes) {
+  const int64_t n = 300000;
+  std::vector<float> x(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = static_cast<float>((i * 7919) % 1000) / 1000.0f;
+  double one = 0, four = 0;
+  kernels::reduce_into(Stream::host(1), n, kernels::SquareF64{x.data()}, kernels::Plus{}, &one);
+  kernels::reduce_into(Stream::host(4), n, kernels::SquareF64{x.data()}, kernels::Plus{}, &four);
+  EXPECT_NEAR(one, four, 1e-9 * one);
+}
+
+}  // namespace
+}  // namespace cohort
