@@ -277,7 +277,11 @@ COHORT_API cohort_status_t cohort_model_set_grad_ready(cohort_model_t* model, co
   return guard("cohort_model_set_grad_ready", [&] {
     train::Model& m = live(model);
     if (fn)
-      m.set_grad_ready([fn, user](size_t index) { fn(user, index); });
+      // The callback's contract: the gradient is final when it runs (a device waits here).
+      m.set_grad_ready([fn, user](size_t index, const cohort::Event& ready) {
+        ready.synchronize();
+        fn(user, index);
+      });
     else
       m.set_grad_ready(nullptr);
   });

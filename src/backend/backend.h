@@ -1,7 +1,13 @@
 // The Backend interface: a device that compiles a NetSpec for one batch size and
 // layout into a Plan, which runs forward and backward with every primitive and
-// buffer created once. Parameters, gradients and running statistics live outside,
-// in plain layouts (OIHW, [out, in], [C]); the plan binds their memory.
+// buffer created once. Parameters, gradients and running statistics live outside, as
+// tensors on the plan's device in plain f32 layouts (OIHW, [out, in], [C]); the plan
+// binds their memory and keeps any blocked, NHWC or reduced-precision copy inside.
+//
+// Work is enqueued on the stream a call passes (a stream of the plan's device; on the
+// CPU it runs inline, before the call returns). Asynchronous results say when they are
+// valid: a gradient-ready hook gets the event after which the gradient is written;
+// loss() waits for the last forward's loss; read() copies are complete on return.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "backend/math_policy.h"
 #include "backend/net_spec.h"
 #include "backend/precision.h"
+#include "tensor/allocator.h"
+#include "tensor/device.h"
+#include "tensor/tensor.h"
 
 namespace cohort::backend {
 
@@ -26,7 +36,9 @@ struct PlanOptions {
 
 // Seconds spent per layer over the profiled steps: the layer's own forward and
 // backward work, and the reorders (layout and type conversions, parameter casts,
-// gradient copies) done for it. Indexed like NetSpec::layers.
+// gradient copies) done for it. Indexed like NetSpec::layers. On the CPU each item is
+// timed by the host clock as it runs; a device plan times its work with events on its
+// stream, so its profile is complete once the profiled steps' work is done.
 struct LayerTime {
   double forward = 0, backward = 0, reorder = 0;
 };
@@ -35,27 +47,36 @@ struct PlanProfile {
   int64_t forwards = 0, backwards = 0;  // passes profiled
 };
 
-// Where a plan finds parameter, gradient and state memory (plain, f32, host).
+// Where a plan finds parameter, gradient and state memory: contiguous f32 tensors on
+// the plan's device, shaped as NetSpec's param_shapes and state_shapes.
 struct Bindings {
-  std::vector<float*> params, grads, states;
+  std::vector<Tensor> params, grads, states;
 };
+
+// Gradient `index` is final once `ready` completes (complete on the CPU).
+using GradReady = std::function<void(int index, const Event& ready)>;
 
 class Plan {
  public:
   virtual ~Plan() = default;
-  // input: the batch in options().layout (or [N, F]); labels: [N] class indices,
-  // needed when the net ends in a loss. `step` picks the dropout masks.
-  virtual void forward(const float* input, const int32_t* labels, uint64_t step) = 0;
-  // The mean loss of the last forward (nets ending in a loss).
-  virtual float loss() const = 0;
-  // Backward from the loss, or from `output_grad` (plain, like read()) for nets
-  // without one. Gradients overwrite the bound gradient memory; `ready(i)` is called
-  // as soon as gradient i is final.
-  virtual void backward(const float* output_grad, const std::function<void(int)>& ready) = 0;
-  // Copies layer `index`'s output into dst (batch first, plain, in the plan's layout).
-  virtual void read(int index, float* dst) const = 0;
-  // Copies the gradient of the input (options().input_grad) into dst.
-  virtual void read_input_grad(float* dst) const = 0;
+  // input: the batch, f32 [N, ...] in options().layout (or [N, F]); labels: i32 [N]
+  // class indices, needed when the net ends in a loss (an undefined tensor
+  // otherwise). Both on the plan's device. `step` picks the dropout masks.
+  virtual void forward(const Tensor& input, const Tensor& labels, uint64_t step, const Stream& stream) = 0;
+  // The mean loss of the last forward (nets ending in a loss); waits until it is
+  // computed (a device plan copies it to the host), so call it once the step's work
+  // is enqueued.
+  virtual float loss() = 0;
+  // Backward from the loss, or from `output_grad` (plain, like read(); undefined for
+  // nets with a loss) for nets without one. Gradients overwrite the bound gradient
+  // memory; `ready(i, event)` is called, on the calling thread, as soon as the work
+  // that finishes gradient i is enqueued.
+  virtual void backward(const Tensor& output_grad, const GradReady& ready, const Stream& stream) = 0;
+  // Copies layer `index`'s output into dst (f32, batch first, plain, in the plan's
+  // layout; host or device memory), complete on return.
+  virtual void read(int index, const Tensor& dst) = 0;
+  // Copies the gradient of the input (options().input_grad) into dst, complete on return.
+  virtual void read_input_grad(const Tensor& dst) = 0;
   virtual const PlanOptions& options() const = 0;
   // Multiplies the loss gradient that backward starts from (loss scaling); 1 = none.
   virtual void set_loss_scale(float scale) = 0;
@@ -69,23 +90,44 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // Throws kInvalidArgument for a spec the backend cannot run.
+  // One line for the run's header: the device and how it computes (a GPU's name and
+  // its f32 math policy).
+  virtual std::string describe() const { return name(); }
+  // Where its plans compute and where their bindings must live.
+  virtual Device device() const = 0;
+  // The stream of this device that a model computes on by default (the CPU's inline
+  // stream with the backend's threads; a device backend's own stream).
+  virtual Stream stream() const = 0;
+  // Throws kInvalidArgument for a spec the backend cannot run, or for a binding that
+  // is not a contiguous f32 tensor of the expected shape on device() (naming it).
   virtual std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings, const PlanOptions& options) = 0;
 };
 
-// The oneDNN CPU backend; `threads` > 0 sets the OpenMP thread count of its calls.
-// compile() refuses a precision the CPU cannot run (check_cpu_precision).
+// What a device backend needs beyond its device.
+struct BackendOptions {
+  std::shared_ptr<Allocator> memory;  // device memory of its plans (null: a cache of its own)
+  Tf32 tf32 = Tf32::kAuto;            // the f32 math policy (math_policy.h)
+};
+
+// The backend for `device`: the oneDNN CPU backend for host devices, the CUDA backend
+// for a CUDA device. `threads` > 0 sets the OpenMP thread count of the CPU backend's
+// calls (0: OpenMP's default). Throws kUnsupported for a device no backend serves.
+std::shared_ptr<Backend> make_backend(Device device, int threads, const BackendOptions& options = {});
+
+// Throws kInvalidArgument naming the first binding that is not a contiguous f32
+// tensor on `device` shaped as `spec` says (what every backend's compile() checks).
+void check_bindings(const NetSpec& spec, const Bindings& bindings, Device device);
+
+// The oneDNN CPU backend; compile() refuses a precision the CPU cannot run
+// (check_cpu_precision).
 std::shared_ptr<Backend> make_cpu_backend(int threads);
 
 // The CUDA backend on `device` (cuDNN + cuBLAS). Throws kUnsupported in builds
 // without CUDA, kCuda / kCudnn / kCublas when the device cannot be used.
-std::shared_ptr<Backend> make_cuda_backend(int device);
+std::shared_ptr<Backend> make_cuda_backend(int device, const BackendOptions& options = {});
 
-// Whether the CUDA backend can run a network. While it cannot, models compute on the
-// CPU whatever GPUs are visible (device=auto), and device=cuda is refused with
-// kCudaCannotTrain.
+// Whether this build's CUDA backend can train a network (a build with CUDA).
 bool cuda_backend_trains();
-inline constexpr const char* kCudaCannotTrain =
-    "the CUDA backend cannot train yet: it creates its cuDNN and cuBLAS handles but runs no network";
+inline constexpr const char* kCudaCannotTrain = "this build of cohort has no CUDA backend (COHORT_WITH_CUDA)";
 
 }  // namespace cohort::backend

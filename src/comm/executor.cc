@@ -124,6 +124,7 @@ void Executor::run_one(Response& r) {
   const Meta& a = r.agreed;
   TensorEntry* e = negotiator_.entry(r.name);
   int64_t t0 = Timeline::now_us();
+  if (e && a.type != OpType::kAllreduce) t->wait_event(e->ready);
   switch (a.type) {
     case OpType::kAllreduce:
       allreduce_direct({&r}, *t);  // records its own timeline span and completes r
@@ -148,6 +149,7 @@ void Executor::run_one(Response& r) {
       break;
   }
   if (timeline_.enabled()) timeline_.span(r.name, op_type_name(a.type), t0, Timeline::now_us());
+  if (e) e->request->add_event(t->record_done());
   negotiator_.complete(r, Status::ok());
 }
 
@@ -161,6 +163,7 @@ void Executor::allreduce_fused(const std::vector<Response*>& batch) {
   for (Response* r : batch) {
     size_t n = nbytes(r->agreed);
     if (TensorEntry* e = negotiator_.entry(r->name)) {
+      e->ready.synchronize();
       if (n) kernels::copy_bytes(fusion_.data() + offset, e->input.data(), n);
     } else {
       host_.zero(fusion_.data() + offset, n);  // a rank that has joined contributes zeros
@@ -201,6 +204,7 @@ void Executor::allreduce_direct(const std::vector<Response*>& batch, Transport& 
     size_t count = static_cast<size_t>(shape_numel(r->agreed.shape));
     void* buf;
     if (TensorEntry* e = negotiator_.entry(r->name)) {
+      t.wait_event(e->ready);
       buf = e->output.data();
       if (buf != e->input.data() && count) t.copy(buf, e->input.data(), nbytes(r->agreed), e->input.device());
     } else {
@@ -217,7 +221,11 @@ void Executor::allreduce_direct(const std::vector<Response*>& batch, Transport& 
     int64_t t1 = Timeline::now_us();
     for (Response* r : batch) timeline_.span(r->name, "ALLREDUCE", t0, t1);
   }
-  for (Response* r : batch) negotiator_.complete(*r, Status::ok());
+  const Event done = t.record_done();
+  for (Response* r : batch) {
+    if (TensorEntry* e = negotiator_.entry(r->name)) e->request->add_event(done);
+    negotiator_.complete(*r, Status::ok());
+  }
 }
 
 void Executor::broadcast(const Meta& a, TensorEntry* e, Transport& t) {

@@ -62,6 +62,14 @@ class Transport {
   // Stops any wait in the control plane (peer lost or forced shutdown).
   virtual void abort_waits() {}
 
+  // Streams and events. Later data-plane calls wait for `e` (the input they read is
+  // written when it completes): a device transport makes its stream wait for it; host
+  // transports wait on the host, where their tensors' events are complete already.
+  virtual void wait_event(const Event& e) { e.synchronize(); }
+  // An event that completes when every data-plane call made so far is done. Host
+  // transports finish each call before returning, so theirs is complete.
+  virtual Event record_done() { return {}; }
+
   // Point to point, outside negotiation (the engine's Mailbox): nonblocking sends and
   // receives between two ranks, matched by (source, tag) in the order they were posted.
   // A handle names a posted operation until test() reports it complete. Transports

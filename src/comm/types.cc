@@ -105,6 +105,18 @@ void Request::set_output(Tensor t, std::vector<int64_t> recv_splits) {
   recv_splits_ = std::move(recv_splits);
 }
 
+void Request::add_event(Event e) {
+  if (!e.recorded()) return;
+  std::lock_guard lock(mu_);
+  events_.push_back(std::move(e));
+}
+
+Event Request::event() const {
+  std::lock_guard lock(mu_);
+  // A group's parts run on one device transport, in order: its last event covers all.
+  return events_.empty() ? Event() : events_.back();
+}
+
 void Request::set_join_last_rank(int r) {
   std::lock_guard lock(mu_);
   join_last_rank_ = r;

@@ -47,11 +47,18 @@ class Request {
 
   // Results of ops whose output size is known only after negotiation.
   Tensor output() const;
+  // When the device work of a completed request is done: a device transport enqueues
+  // its collectives and completes the request once they are enqueued; work that reads
+  // the result waits for this event (Event::block) or the host does (synchronize).
+  // Complete for host collectives.
+  Event event() const;
   std::vector<int64_t> recv_splits() const;
   int join_last_rank() const;
 
   // Engine side.
   void set_output(Tensor t, std::vector<int64_t> recv_splits = {});
+  // Joins `e` to the request's event (before its last part completes).
+  void add_event(Event e);
   void set_join_last_rank(int r);
   void complete_part(const Status& s);
 
@@ -63,6 +70,7 @@ class Request {
   std::shared_ptr<WaitCount> waits_;
   Status status_;
   Tensor output_;
+  std::vector<Event> events_;
   std::vector<int64_t> recv_splits_;
   int join_last_rank_ = -1;
 };
@@ -93,6 +101,7 @@ struct TensorEntry {
   double prescale = 1.0, postscale = 1.0;
   int root = 0;
   Tensor input;                 // host or device memory, contiguous
+  Event ready;                  // input is written once it completes (device producers)
   Tensor output;                // allreduce / broadcast: may be the input (in place)
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
   std::shared_ptr<Request> request;

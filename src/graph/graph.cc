@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "kernels/philox.h"
+#include "tensor/device_api.h"
 
 namespace cohort {
 
@@ -24,7 +25,8 @@ Graph::Graph(const Shape& input) {
   l.shape = input;
   spec_.layers.push_back(l);
   names_["input"] = 0;
-  backend_ = backend::make_cpu_backend(0);
+  backend_ = backend::make_backend(Device::cpu(), 0);
+  stream_ = backend_->stream();
 }
 
 const LayerSpec& Graph::at(int index, const char* what) const {
@@ -328,44 +330,84 @@ std::string Graph::summary() const {
   return out.str();
 }
 
+namespace {
+
+// Initial values of a parameter, drawn on the host.
+void init_values(const Parameter& p, size_t index, uint64_t seed, float* v) {
+  const int64_t n = shape_numel(p.shape);
+  if (p.init == Parameter::Init::kHeUniform) {
+    const int64_t fan_in = n / p.shape[0];
+    const float bound = std::sqrt(6.f / static_cast<float>(fan_in));
+    for (int64_t j = 0; j < n; ++j) {
+      auto r = kernels::philox4x32(static_cast<uint64_t>(j), index, seed);
+      v[j] = (2.f * kernels::uniform01(r.v[0]) - 1.f) * bound;
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) v[j] = p.init == Parameter::Init::kOne ? 1.f : 0.f;
+  }
+}
+
+}  // namespace
+
+Tensor Graph::on_device(const Tensor& host) const {
+  if (device().is_host()) return host;
+  require(allocator_ != nullptr, "the graph computes on ", device().to_string(),
+          " but has no allocator for its memory (set_backend)");
+  Tensor t = clone_to(host, *allocator_, stream_);
+  return t;
+}
+
 void Graph::materialize(uint64_t seed) {
   require(!materialized_, "the parameters were already allocated");
   bindings_ = {};
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = params_[i];
-    p.value = Tensor::empty(p.shape, DType::kF32);
-    p.grad = Tensor::empty(p.shape, DType::kF32);
-    float* v = p.value.data_as<float>();
-    const int64_t n = p.value.numel();
-    if (p.init == Parameter::Init::kHeUniform) {
-      const int64_t fan_in = n / p.shape[0];
-      const float bound = std::sqrt(6.f / static_cast<float>(fan_in));
-      for (int64_t j = 0; j < n; ++j) {
-        auto r = kernels::philox4x32(static_cast<uint64_t>(j), i, seed);
-        v[j] = (2.f * kernels::uniform01(r.v[0]) - 1.f) * bound;
-      }
-    } else {
-      for (int64_t j = 0; j < n; ++j) v[j] = p.init == Parameter::Init::kOne ? 1.f : 0.f;
-    }
-    bindings_.params.push_back(v);
-    bindings_.grads.push_back(p.grad.data_as<float>());
+    Tensor value = Tensor::empty(p.shape, DType::kF32);
+    init_values(p, i, seed, value.data_as<float>());
+    p.value = on_device(value);
+    p.grad = on_device(Tensor::empty(p.shape, DType::kF32));  // zeroed
+    bindings_.params.push_back(p.value);
+    bindings_.grads.push_back(p.grad);
   }
   for (size_t i = 0; i < states_.size(); ++i) {
     Parameter& s = states_[i];
-    s.value = Tensor::empty(s.shape, DType::kF32);
+    Tensor value = Tensor::empty(s.shape, DType::kF32);
     const bool var = s.name.ends_with(".running_var");
-    float* v = s.value.data_as<float>();
-    for (int64_t j = 0; j < s.value.numel(); ++j) v[j] = var ? 1.f : 0.f;
-    bindings_.states.push_back(v);
+    float* v = value.data_as<float>();
+    for (int64_t j = 0; j < value.numel(); ++j) v[j] = var ? 1.f : 0.f;
+    s.value = on_device(value);
+    bindings_.states.push_back(s.value);
   }
+  synchronize(stream_);  // the host buffers the copies read go now
   materialized_ = true;
 }
 
-void Graph::set_backend(std::shared_ptr<backend::Backend> backend) {
+void Graph::set_backend(std::shared_ptr<backend::Backend> backend, std::shared_ptr<Allocator> allocator) {
   require(backend != nullptr, "backend is NULL");
+  const Device d = backend->device();
+  require(d.is_host() || (allocator != nullptr && allocator->device() == d), "backend ", backend->name(),
+          " computes on ", d.to_string(), ": pass an allocator of memory on that device");
+  const bool moves = materialized_ && !(d == device());
   backend_ = std::move(backend);
+  allocator_ = std::move(allocator);
+  stream_ = backend_->stream();
   plans_.clear();
   last_train_ = nullptr;
+  if (!moves) return;
+  // The parameters follow the new device (through host memory).
+  auto move = [&](Tensor& t) { t = on_device(to_host(t)); };
+  bindings_ = {};
+  for (Parameter& p : params_) {
+    move(p.value);
+    move(p.grad);
+    bindings_.params.push_back(p.value);
+    bindings_.grads.push_back(p.grad);
+  }
+  for (Parameter& s : states_) {
+    move(s.value);
+    bindings_.states.push_back(s.value);
+  }
+  synchronize(stream_);
 }
 
 void Graph::set_precision(backend::Precision precision) {
@@ -430,13 +472,41 @@ backend::Plan& Graph::plan(int64_t batch, Layout layout, bool training, bool inp
   return ref;
 }
 
-float Graph::forward_train(const float* input, int64_t batch, Layout layout, const int32_t* labels) {
-  require(input != nullptr, "input is NULL");
-  require(!has_loss() || labels != nullptr, "the net ends in a loss: labels are required");
+namespace {
+
+// The batch size of an input in `layout`, checked against the graph's input shape.
+int64_t batch_of(const Tensor& input, const Shape& sample, Layout layout) {
+  require(input.ndim() >= 1 && input.dim(0) > 0, "the input must be a batch [N, ...] with N > 0, got ",
+          input.describe());
+  Shape want{input.dim(0)};
+  if (sample.size() == 3 && layout == Layout::kNHWC)
+    want.insert(want.end(), {sample[1], sample[2], sample[0]});
+  else
+    want.insert(want.end(), sample.begin(), sample.end());
+  if (input.shape() != want)
+    fail(Code::kInvalidArgument, "the input has shape ", shape_string(input.shape()), " but the network takes ",
+         shape_string(want), sample.size() == 3 ? (layout == Layout::kNHWC ? " (NHWC)" : " (NCHW)") : "");
+  return input.dim(0);
+}
+
+}  // namespace
+
+void Graph::forward(const Tensor& input, Layout layout, const Tensor& labels) {
+  require(!has_loss() || (labels.defined() && labels.numel() > 0), "the net ends in a loss: labels are required");
+  const int64_t batch = batch_of(input, shape(0), layout);
   backend::Plan& p = plan(batch, layout, true);
-  p.forward(input, labels, step_++);
+  p.forward(input, labels, step_++, stream_);
   last_train_ = &p;
-  return has_loss() ? p.loss() : 0.f;
+}
+
+float Graph::loss() {
+  require(last_train_ != nullptr, "loss needs a forward first");
+  return has_loss() ? last_train_->loss() : 0.f;
+}
+
+float Graph::forward_train(const Tensor& input, Layout layout, const Tensor& labels) {
+  forward(input, layout, labels);
+  return loss();
 }
 
 int Graph::add_grad_ready(GradReady hook) {
@@ -454,28 +524,27 @@ void Graph::set_grad_ready(GradReady hook) {
   if (hook) add_grad_ready(std::move(hook));
 }
 
-void Graph::backward(const float* output_grad) {
+void Graph::backward(const Tensor& output_grad) {
   require(last_train_ != nullptr, "backward needs a forward_train first");
-  std::function<void(int)> ready = [this](int i) {
-    for (const auto& [id, hook] : grad_ready_) hook(i, params_[static_cast<size_t>(i)]);
+  backend::GradReady ready = [this](int i, const Event& e) {
+    for (const auto& [id, hook] : grad_ready_) hook(i, params_[static_cast<size_t>(i)], e);
   };
-  last_train_->backward(output_grad, ready);
+  last_train_->backward(output_grad, ready, stream_);
 }
 
-void Graph::infer(const float* input, int64_t batch, Layout layout, float* output, int layer) {
-  require(input != nullptr && output != nullptr, "input and output must not be NULL");
+void Graph::infer(const Tensor& input, Layout layout, const Tensor& output, int layer) {
   if (layer < 0) layer = output_layer();
   require(at(layer, "infer").kind != LayerKind::kSoftmaxXent, "infer: the loss layer has no tensor output");
-  backend::Plan& p = plan(batch, layout, false);
-  p.forward(input, nullptr, 0);
+  backend::Plan& p = plan(batch_of(input, shape(0), layout), layout, false);
+  p.forward(input, Tensor(), 0, stream_);
   p.read(layer, output);
 }
 
-float Graph::eval_loss(const float* input, int64_t batch, Layout layout, const int32_t* labels) {
+float Graph::eval_loss(const Tensor& input, Layout layout, const Tensor& labels) {
   require(has_loss(), "eval_loss: the net has no loss layer");
-  require(input != nullptr && labels != nullptr, "input and labels must not be NULL");
-  backend::Plan& p = plan(batch, layout, false);
-  p.forward(input, labels, 0);
+  require(labels.defined() && labels.numel() > 0, "eval_loss: labels are required");
+  backend::Plan& p = plan(batch_of(input, shape(0), layout), layout, false);
+  p.forward(input, labels, 0, stream_);
   return p.loss();
 }
 

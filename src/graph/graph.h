@@ -1,9 +1,11 @@
 // A network as a DAG of layers: a builder that infers shapes (no memory is
 // allocated while building, so counting a model's parameters is cheap), the
-// parameter + gradient registry (stable names, plain layouts: OIHW, [out, in], [C]),
-// and execution through a backend Plan, compiled once per (batch, layout, mode) and
-// reused for every step. A gradient-ready hook fires for each parameter as soon as
-// backward has finished it.
+// parameter + gradient registry (stable names, plain layouts: OIHW, [out, in], [C],
+// f32 tensors on the backend's device), and execution through a backend Plan,
+// compiled once per (batch, layout, mode) and reused for every step. Work is enqueued
+// on the backend's stream (inline on the CPU). A gradient-ready hook fires for each
+// parameter as soon as backward has enqueued the work that finishes it, with the
+// event after which the gradient is written.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,8 @@
 #include "backend/net_spec.h"
 #include "backend/precision.h"
 #include "graph/profile.h"
+#include "tensor/allocator.h"
+#include "tensor/device.h"
 #include "tensor/tensor.h"
 
 namespace cohort {
@@ -40,7 +44,7 @@ struct Parameter {
   enum class Init { kHeUniform, kZero, kOne };
   std::string name;    // "layer1.0.conv1.weight"
   Shape shape;         // plain layout
-  Tensor value, grad;  // allocated by Graph::materialize()
+  Tensor value, grad;  // allocated by Graph::materialize(), on the backend's device
   Init init = Init::kHeUniform;
 };
 
@@ -84,10 +88,18 @@ class Graph {
 
   // ---- execution ----
   // Allocates and initializes parameters (He-uniform weights, zero biases, unit
-  // scales) from `seed`. Adding layers afterwards is an error.
+  // scales) from `seed`, on the backend's device (values drawn on the host, then
+  // copied), with zero gradients. Adding layers afterwards is an error.
   void materialize(uint64_t seed);
   bool materialized() const { return materialized_; }
-  void set_backend(std::shared_ptr<backend::Backend> backend);
+  // The backend plans are compiled by (the CPU's by default), and the allocator of
+  // parameter memory on its device (host memory when null; required for a device
+  // backend). Parameters already allocated move to the new device.
+  void set_backend(std::shared_ptr<backend::Backend> backend, std::shared_ptr<Allocator> allocator = nullptr);
+  const backend::Backend& backend() const { return *backend_; }
+  Device device() const { return backend_->device(); }
+  // The stream work is enqueued on (the backend's).
+  const Stream& stream() const { return stream_; }
   // The precision layers compute in (backend/precision.h); parameters, gradients and
   // running statistics stay f32. Plans compiled for another precision are dropped.
   void set_precision(backend::Precision precision);
@@ -98,22 +110,31 @@ class Graph {
   // The step number the next forward_train uses (it picks the dropout masks).
   void set_step(uint64_t step) { step_ = step; }
   uint64_t step() const { return step_; }
-  // Hooks called with the parameter index as soon as its gradient is final (in
-  // backward order, on the thread running backward). add_grad_ready() keeps the hooks
-  // already there (the C API's callback is one); set_grad_ready() replaces them all.
-  using GradReady = std::function<void(int index, const Parameter& param)>;
+  // Hooks called with the parameter index as soon as the work that finishes its
+  // gradient is enqueued (in backward order, on the thread running backward); the
+  // gradient is written once `ready` completes (at once on the CPU). add_grad_ready()
+  // keeps the hooks already there (the C API's callback is one); set_grad_ready()
+  // replaces them all.
+  using GradReady = std::function<void(int index, const Parameter& param, const Event& ready)>;
   int add_grad_ready(GradReady hook);  // returns an id for remove_grad_ready()
   void remove_grad_ready(int id);
   void set_grad_ready(GradReady hook);
 
-  // Training forward (dropout on, batch statistics) and, with labels, the loss.
-  float forward_train(const float* input, int64_t batch, Layout layout, const int32_t* labels);
-  // Backward of the last forward_train; output_grad is needed when there is no loss.
-  void backward(const float* output_grad = nullptr);
-  // Inference: writes layer `layer`'s output (default: the last non-loss layer).
-  void infer(const float* input, int64_t batch, Layout layout, float* output, int layer = -1);
+  // Inputs are f32 [N, ...] batches in `layout` and i32 [N] labels, contiguous, on the
+  // backend's device (the Model stages host batches for a device).
+  // Training forward (dropout on, batch statistics); enqueued, so loss() waits for it.
+  void forward(const Tensor& input, Layout layout, const Tensor& labels);
+  // The mean loss of the last training forward (nets ending in a loss); waits for it.
+  float loss();
+  // forward(), then loss() (0 without a loss layer).
+  float forward_train(const Tensor& input, Layout layout, const Tensor& labels);
+  // Backward of the last forward; output_grad is needed when there is no loss.
+  void backward(const Tensor& output_grad = {});
+  // Inference: writes layer `layer`'s output (default: the last non-loss layer) into
+  // `output` (host or device memory), complete on return.
+  void infer(const Tensor& input, Layout layout, const Tensor& output, int layer = -1);
   // The inference loss of a batch (nets ending in a loss).
-  float eval_loss(const float* input, int64_t batch, Layout layout, const int32_t* labels);
+  float eval_loss(const Tensor& input, Layout layout, const Tensor& labels);
   // The training plan used last (tests read intermediate values through it).
   backend::Plan& plan(int64_t batch, Layout layout, bool training, bool input_grad = false);
   int output_layer() const;
@@ -133,12 +154,16 @@ class Graph {
   const backend::LayerSpec& at(int index, const char* what) const;
   void check_open() const;
   void check_new(const std::string& name) const;
+  // A copy of host tensor `host` on the backend's device (host itself on the CPU).
+  Tensor on_device(const Tensor& host) const;
 
   backend::NetSpec spec_;
   std::vector<Parameter> params_, states_;
   std::map<std::string, int> names_;
   bool materialized_ = false;
   std::shared_ptr<backend::Backend> backend_;
+  std::shared_ptr<Allocator> allocator_;  // parameter memory (null: host)
+  Stream stream_;
   backend::Bindings bindings_;
   std::map<std::tuple<int64_t, int, bool, bool>, std::unique_ptr<backend::Plan>> plans_;
   backend::Plan* last_train_ = nullptr;

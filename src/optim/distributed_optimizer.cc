@@ -6,18 +6,16 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "kernels/f16_compress.h"
+#include "kernels/for_each.h"
 #include "kernels/optim_update.h"
+#include "tensor/device_api.h"
 
 namespace cohort {
 namespace {
 
-template <typename F, typename... Ptrs>
-void host_loop(int64_t n, const F& f, Ptrs... ptrs) {
-  for (int64_t i = 0; i < n; ++i) f(i, ptrs...);
-}
-
 // A 64-bit hash of a tensor's bytes (for comparing parameters across ranks).
-int64_t content_hash(const Tensor& t) {
+int64_t content_hash(const Tensor& device_or_host) {
+  const Tensor t = device_or_host.device().is_host() ? device_or_host : to_host(device_or_host);
   const auto* p = static_cast<const unsigned char*>(t.data());
   const size_t n = t.nbytes();
   uint64_t h = 0xcbf29ce484222325ull ^ n;
@@ -35,15 +33,17 @@ int64_t content_hash(const Tensor& t) {
 
 }  // namespace
 
-void SingleRankCollectives::allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) {
+void SingleRankCollectives::allreduce_async(const std::string& name, Tensor t, double prescale, double postscale,
+                                            const Event& ready) {
   if (!(t.device().is_host() && t.is_contiguous()))
     fail(Code::kInvalidArgument, "allreduce '", name, "': ", t.describe(), " must be a contiguous host tensor");
+  ready.synchronize();
   const double s = prescale * postscale;
   if (s == 1.0) return;
   const int64_t n = t.numel();
   switch (t.dtype()) {
     case DType::kF32:
-      host_loop(n, kernels::Scale{static_cast<float>(s)}, t.data_as<float>());
+      kernels::for_each(Stream(), n, kernels::Scale{static_cast<float>(s)}, t.data_as<float>());
       return;
     case DType::kF64:
       for (int64_t i = 0; i < n; ++i) t.data_as<double>()[i] *= s;
@@ -83,12 +83,14 @@ DistributedOptions DistributedOptions::from_config(const Config& config) {
 }
 
 DistributedOptimizer::DistributedOptimizer(Optimizer& optimizer, Collectives& collectives,
-                                           std::vector<ParamGrad> params, DistributedOptions options)
+                                           std::vector<ParamGrad> params, DistributedOptions options,
+                                           const Stream& stream)
     : optimizer_(optimizer),
       comm_(collectives),
       params_(std::move(params)),
       options_(options),
-      passes_(params_, options.backward_passes_per_step) {
+      stream_(stream),
+      passes_(params_, options.backward_passes_per_step, stream) {
   require(options_.backward_passes_per_step >= 1, "backward_passes_per_step must be >= 1, got ",
           options_.backward_passes_per_step);
   require(options_.gradient_predivide_factor > 0, "gradient_predivide_factor must be > 0, got ",
@@ -97,46 +99,51 @@ DistributedOptimizer::DistributedOptimizer(Optimizer& optimizer, Collectives& co
   require(!(options_.compress_f16 && options_.compress_bf16), "compression is f16 or bf16, not both");
   require(options_.exchange || !options_.compressed(),
           "compression compresses exchanged gradients, and this optimizer exchanges none");
-  optimizer_.init_state(params_);  // validates names, dtypes, shapes
+  optimizer_.init_state(params_, stream_);  // validates names, dtypes, shapes, devices
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamGrad& p = params_[i];
     if (options_.compressed())
-      wire_.push_back(Tensor::empty(p.param.shape(), options_.compress_f16 ? DType::kF16 : DType::kBF16));
+      wire_.push_back(
+          Tensor::empty_like(p.grad, p.param.shape(), options_.compress_f16 ? DType::kF16 : DType::kBF16, stream_));
     reduced_.push_back({p.name, p.param, options_.backward_passes_per_step > 1 ? passes_.sum(i) : p.grad});
   }
 }
 
-void DistributedOptimizer::gradient_ready(size_t index) {
-  if (passes_.report(index)) exchange(index);
+void DistributedOptimizer::gradient_ready(size_t index, const Event& ready) {
+  if (passes_.report(index)) exchange(index, ready);
 }
 
-void DistributedOptimizer::exchange(size_t index) {
+void DistributedOptimizer::exchange(size_t index, const Event& ready) {
   const ParamGrad& r = reduced_[index];
+  const int64_t n = r.grad.numel();
   if (!options_.exchange) {
     if (options_.average_passes && options_.backward_passes_per_step > 1)
-      host_loop(r.grad.numel(), kernels::Scale{1.0f / static_cast<float>(options_.backward_passes_per_step)},
-                r.grad.data_as<float>());
+      kernels::for_each(stream_, n, kernels::Scale{1.0f / static_cast<float>(options_.backward_passes_per_step)},
+                        r.grad.data_as<float>());
     return;
   }
   const double f = options_.gradient_predivide_factor;
   double post = f / comm_.size();
   if (options_.average_passes) post /= options_.backward_passes_per_step;
+  // What was enqueued on the compute stream since backward wrote the gradient (sums
+  // over passes, compression) is part of what the reduction waits for.
+  const bool enqueued = options_.compressed() || options_.backward_passes_per_step > 1;
   if (options_.compressed()) {
     Tensor& wire = wire_[index];
     const auto* g = static_cast<const float*>(r.grad.data_as<float>());
     if (options_.compress_f16)
-      host_loop(r.grad.numel(), kernels::CompressF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(), g);
+      kernels::for_each(stream_, n, kernels::CompressF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(), g);
     else
-      host_loop(r.grad.numel(), kernels::CompressBF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(), g);
-    comm_.allreduce_async(r.name, wire, 1.0, 1.0);
+      kernels::for_each(stream_, n, kernels::CompressBF16{static_cast<float>(1.0 / f)}, wire.data_as<uint16_t>(), g);
+    comm_.allreduce_async(r.name, wire, 1.0, 1.0, record_event(stream_));
   } else {
-    comm_.allreduce_async(r.name, r.grad, 1.0 / f, post);
+    comm_.allreduce_async(r.name, r.grad, 1.0 / f, post, enqueued ? record_event(stream_) : ready);
   }
 }
 
 bool DistributedOptimizer::step(double lr) {
   if (!passes_.end_pass([&](size_t i) { gradient_ready(i); })) return false;
-  comm_.wait_all();
+  comm_.wait_all(stream_);
   if (options_.compressed()) {
     double post = options_.gradient_predivide_factor / comm_.size();
     if (options_.average_passes) post /= options_.backward_passes_per_step;
@@ -144,18 +151,18 @@ bool DistributedOptimizer::step(double lr) {
       float* g = reduced_[i].grad.data_as<float>();
       const auto* w = static_cast<const uint16_t*>(wire_[i].data_as<uint16_t>());
       if (options_.compress_f16)
-        host_loop(reduced_[i].grad.numel(), kernels::DecompressF16{static_cast<float>(post)}, g, w);
+        kernels::for_each(stream_, reduced_[i].grad.numel(), kernels::DecompressF16{static_cast<float>(post)}, g, w);
       else
-        host_loop(reduced_[i].grad.numel(), kernels::DecompressBF16{static_cast<float>(post)}, g, w);
+        kernels::for_each(stream_, reduced_[i].grad.numel(), kernels::DecompressBF16{static_cast<float>(post)}, g, w);
     }
   }
   skipped_ = false;
   if (scaler_ != nullptr) {
-    const bool finite = scaler_->unscale(reduced_);
+    const bool finite = scaler_->unscale(reduced_, stream_);
     scaler_->update(finite);
     skipped_ = !finite;
   }
-  if (!skipped_) optimizer_.step(reduced_, lr);
+  if (!skipped_) optimizer_.step(reduced_, lr, stream_);
   passes_.clear_sums();
   return true;
 }
@@ -163,6 +170,7 @@ bool DistributedOptimizer::step(double lr) {
 void DistributedOptimizer::broadcast_parameters(int root) {
   require(root >= 0 && root < comm_.size(), "broadcast_parameters: root ", root, " is not a rank (0..",
           comm_.size() - 1, ")");
+  synchronize(stream_);  // the parameters are final
   for (const ParamGrad& p : params_) comm_.broadcast(p.name, p.param, root);
   for (const NamedTensor& e : optimizer_.export_state()) {
     comm_.broadcast("optimizer/" + e.name, e.tensor, root);  // live views: in place

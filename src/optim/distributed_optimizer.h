@@ -28,18 +28,21 @@ namespace cohort {
 class Config;
 
 // The collective operations the distributed optimizer uses. Every rank must make the
-// same calls with the same names; tensors are contiguous host tensors.
+// same calls with the same names; tensors are contiguous, on the host or on a device.
 class Collectives {
  public:
   virtual ~Collectives() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Starts an in-place sum: t = postscale × Σ_ranks (prescale × t). f32, f64, f16 or i64.
-  // Returns at once; `t` must stay untouched until wait_all().
-  virtual void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) = 0;
-  // Blocks until every allreduce started since the last wait_all() is done; throws on
-  // failure.
-  virtual void wait_all() = 0;
+  // Returns at once; `t` must stay untouched until wait_all(). `ready` says when t is
+  // written (a device tensor still being computed); the reduction starts after it.
+  virtual void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale,
+                               const Event& ready = {}) = 0;
+  // Blocks until every allreduce started since the last wait_all() is done on the
+  // host's side and makes work enqueued on `stream` from now on wait for their device
+  // work; throws on failure.
+  virtual void wait_all(const Stream& stream = {}) = 0;
   // Blocking, in place: every rank's `t` becomes root's.
   virtual void broadcast(const std::string& name, Tensor t, int root) = 0;
 };
@@ -50,8 +53,9 @@ class SingleRankCollectives : public Collectives {
  public:
   int rank() const override { return 0; }
   int size() const override { return 1; }
-  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) override;
-  void wait_all() override {}
+  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale,
+                       const Event& ready = {}) override;
+  void wait_all(const Stream&) override {}
   void broadcast(const std::string& name, Tensor t, int root) override;
 };
 
@@ -77,15 +81,17 @@ class DistributedOptimizer {
  public:
   // `params` lists the model's parameters and gradient buffers in the graph's order
   // (the index gradient_ready() receives). Borrowed: optimizer, collectives and the
-  // tensors must outlive this object.
+  // tensors must outlive this object. `stream` is the model's compute stream: sums
+  // over passes, compression and the update run on it.
   DistributedOptimizer(Optimizer& optimizer, Collectives& collectives, std::vector<ParamGrad> params,
-                       DistributedOptions options = {});
+                       DistributedOptions options = {}, const Stream& stream = {});
 
-  // Parameter `index`'s gradient of the current backward pass is final. On the last
-  // pass of a step its exchange starts now. Call from one thread at a time. With one
-  // pass per step and no compression the gradient buffer itself is reduced in place:
-  // leave it alone until step() returns.
-  void gradient_ready(size_t index);
+  // Parameter `index`'s gradient of the current backward pass is final, or will be
+  // when `ready` completes (a device backward still running). On the last pass of a
+  // step its exchange starts now. Call from one thread at a time. With one pass per
+  // step and no compression the gradient buffer itself is reduced in place: leave it
+  // alone until step() returns.
+  void gradient_ready(size_t index, const Event& ready = {});
 
   // Ends a backward pass. Parameters whose gradient was not reported are handled now
   // (every rank must exchange every tensor). Returns false for an accumulation pass;
@@ -111,12 +117,13 @@ class DistributedOptimizer {
   const DistributedOptions& options() const { return options_; }
 
  private:
-  void exchange(size_t index);
+  void exchange(size_t index, const Event& ready);
 
   Optimizer& optimizer_;
   Collectives& comm_;
   std::vector<ParamGrad> params_;
   DistributedOptions options_;
+  Stream stream_;
   LossScaler* scaler_ = nullptr;
   bool skipped_ = false;
   GradientPasses passes_;           // reports and f32 sums over passes (N > 1)

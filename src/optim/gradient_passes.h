@@ -1,7 +1,7 @@
 // Backward passes accumulated into one update (backward_passes_per_step): which gradients
-// the current pass has reported and their sums over the passes. Shared by the exchanges
-// that accumulate locally before they send: the distributed optimizer and a
-// parameter-server worker.
+// the current pass has reported and their sums over the passes (on the gradients'
+// device, summed on the compute stream). Shared by the exchanges that accumulate
+// locally before they send: the distributed optimizer and a parameter-server worker.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "kernels/for_each.h"
 #include "kernels/optim_update.h"
 #include "optim/named_tensor.h"
 
@@ -16,12 +17,17 @@ namespace cohort {
 
 class GradientPasses {
  public:
-  // `params` names the gradients (borrowed tensors that outlive this object).
-  GradientPasses(std::vector<ParamGrad> params, int passes) : params_(std::move(params)), passes_(passes) {
+  // `params` names the gradients (borrowed tensors that outlive this object); `stream`
+  // is the one backward writes them on.
+  GradientPasses(std::vector<ParamGrad> params, int passes, const Stream& stream = {})
+      : params_(std::move(params)), passes_(passes), stream_(stream) {
     require(passes_ >= 1, "backward_passes_per_step must be >= 1, got ", passes_);
     done_.assign(params_.size(), 0);
     if (passes_ > 1)
-      for (const ParamGrad& p : params_) sums_.push_back(Tensor::empty(p.param.shape(), DType::kF32));
+      for (const ParamGrad& p : params_) {
+        sums_.push_back(Tensor::empty_like(p.grad, p.param.shape(), DType::kF32, stream_));
+        zero(sums_.back(), stream_);
+      }
   }
 
   // Parameter `index`'s gradient of this pass is final: with several passes it joins the
@@ -34,10 +40,8 @@ class GradientPasses {
     done_[index] = 1;
     if (passes_ > 1) {
       const Tensor& g = params_[index].grad;
-      float* sum = sums_[index].data_as<float>();
-      const float* grad = g.data_as<float>();
-      const kernels::AccumulateScaled add{1.0f};
-      for (int64_t i = 0; i < g.numel(); ++i) add(i, sum, grad);
+      kernels::for_each(stream_, g.numel(), kernels::AccumulateScaled{1.0f}, sums_[index].data_as<float>(),
+                        static_cast<const float*>(g.data_as<float>()));
     }
     return pass_ == passes_ - 1;
   }
@@ -64,12 +68,14 @@ class GradientPasses {
   const Tensor& sum(size_t i) const { return sums_[i]; }
   // After the update: the sums start again from zero.
   void clear_sums() {
-    for (Tensor& s : sums_) std::memset(s.data(), 0, s.nbytes());
+    for (Tensor& s : sums_) zero(s, stream_);
   }
+  const Stream& stream() const { return stream_; }
 
  private:
   std::vector<ParamGrad> params_;
   int passes_;
+  Stream stream_;
   int pass_ = 0;
   std::vector<char> done_;
   std::vector<Tensor> sums_;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/status.h"
+#include "kernels/for_each.h"
 #include "kernels/optim_update.h"
 
 namespace cohort {
@@ -16,16 +17,28 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(op
   require(options_.growth_interval >= 1, "loss scaler: growth interval must be >= 1, got ", options_.growth_interval);
 }
 
-bool LossScaler::unscale(std::span<const ParamGrad> params) const {
-  const kernels::UnscaleCheck f{static_cast<float>(1.0 / scale_)};
-  uint32_t nonfinite = 0;
+bool LossScaler::unscale(std::span<const ParamGrad> params, const Stream& stream) const {
   for (const ParamGrad& p : params) {
-    require(p.grad.dtype() == DType::kF32 && p.grad.device().is_host() && p.grad.is_contiguous(),
-            "loss scaler: gradient of '", p.name, "' must be a contiguous f32 host tensor, got ", p.grad.describe());
-    float* g = p.grad.data_as<float>();
-    for (int64_t i = 0, n = p.grad.numel(); i < n; ++i) f(i, g, &nonfinite);
+    const bool here = p.grad.device().is_host() ? stream.is_host() : p.grad.device() == stream.device();
+    require(p.grad.dtype() == DType::kF32 && here && p.grad.is_contiguous(), "loss scaler: gradient of '", p.name,
+            "' must be a contiguous f32 tensor on ", stream.device().to_string(), ", got ", p.grad.describe());
   }
-  return nonfinite == 0;
+  const float inv = static_cast<float>(1.0 / scale_);
+  if (stream.is_host()) {
+    uint32_t nonfinite = 0;
+    for (const ParamGrad& p : params)
+      kernels::reduce_into(stream, p.grad.numel(), kernels::UnscaleCount{p.grad.data_as<float>(), inv}, kernels::Plus{},
+                           &nonfinite);
+    return nonfinite == 0;
+  }
+  if (params.empty()) return true;
+  Tensor count = Tensor::empty_like(params.front().grad, {1}, DType::kI32, stream);
+  zero(count, stream);
+  auto* out = reinterpret_cast<uint32_t*>(count.data_as<int32_t>());
+  for (const ParamGrad& p : params)
+    kernels::reduce_into(stream, p.grad.numel(), kernels::UnscaleCount{p.grad.data_as<float>(), inv}, kernels::Plus{},
+                         out);
+  return *to_host(count, stream).data_as<int32_t>() == 0;
 }
 
 void LossScaler::update(bool finite) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "optim/named_tensor.h"
+#include "tensor/device.h"
 
 namespace cohort {
 
@@ -27,9 +28,11 @@ class LossScaler {
 
   double scale() const { return scale_; }
 
-  // Divides every gradient (f32, host, contiguous) by scale(); returns false when any
-  // gradient is inf or NaN: the caller skips the optimizer step.
-  bool unscale(std::span<const ParamGrad> params) const;
+  // Divides every gradient (f32, contiguous, all on the device of `stream`) by scale()
+  // and counts the results that are inf or NaN (kernels::reduce_into); returns false
+  // when there is any: the caller skips the optimizer step. With a device stream it
+  // waits for the count (one copy to the host per call).
+  bool unscale(std::span<const ParamGrad> params, const Stream& stream = {}) const;
 
   // Records a step's outcome: an overflow multiplies the scale by backoff_factor and
   // resets the count of good steps; growth_interval good steps multiply it by

@@ -20,7 +20,8 @@ struct ParamGrad {
   Tensor grad;
 };
 
-// A contiguous host copy of a tensor (same shape and dtype).
+// A contiguous host copy of a tensor on any device (same shape and dtype), complete on
+// return.
 Tensor clone_host(const Tensor& t);
 
 }  // namespace cohort

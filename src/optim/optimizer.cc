@@ -7,7 +7,9 @@
 
 #include "core/config.h"
 #include "core/status.h"
+#include "kernels/for_each.h"
 #include "kernels/optim_update.h"
+#include "tensor/device_api.h"
 
 namespace cohort {
 namespace {
@@ -25,28 +27,19 @@ constexpr KindName kKinds[] = {{OptimizerKind::kSgd, "sgd"},           {Optimize
                                {OptimizerKind::kNesterov, "nesterov"}, {OptimizerKind::kAdam, "adam"},
                                {OptimizerKind::kAdamW, "adamw"},       {OptimizerKind::kLars, "lars"}};
 
-// The CPU loop every kernels/ functor runs under.
-template <typename F, typename... Ptrs>
-void host_loop(int64_t n, const F& f, Ptrs... ptrs) {
-  for (int64_t i = 0; i < n; ++i) f(i, ptrs...);
-}
-
-double l2_norm(const float* x, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
-  return std::sqrt(s);
-}
-
-void check_param(const ParamGrad& p) {
+void check_param(const ParamGrad& p, const Stream& stream) {
   require(!p.name.empty(), "optimizer: a parameter has an empty name");
   const Tensor& w = p.param;
   const Tensor& g = p.grad;
   if (!(w.dtype() == DType::kF32 && g.dtype() == DType::kF32))
     fail(Code::kInvalidArgument, "optimizer: parameter '", p.name, "' and its gradient must be f32 (got ", w.describe(),
          " and ", g.describe(), ")");
-  if (!(w.device().is_host() && g.device().is_host()))
-    fail(Code::kInvalidArgument, "optimizer: parameter '", p.name, "' must be in host memory on this path (got ",
-         w.describe(), ")");
+  if (!(w.device() == g.device()))
+    fail(Code::kInvalidArgument, "optimizer: parameter '", p.name, "' is ", w.describe(), " but its gradient is ",
+         g.describe(), ": both must be on one device");
+  if (!(w.device().is_host() ? stream.is_host() : stream.device() == w.device()))
+    fail(Code::kInvalidArgument, "optimizer: parameter '", p.name, "' is ", w.describe(),
+         " but the update was asked to run on a stream of ", stream.device().to_string());
   if (w.shape() != g.shape())
     fail(Code::kInvalidArgument, "optimizer: gradient of '", p.name, "' has shape ", shape_string(g.shape()),
          ", parameter has ", shape_string(w.shape()));
@@ -65,11 +58,8 @@ void check_unique(std::span<const ParamGrad> params) {
 }  // namespace
 
 Tensor clone_host(const Tensor& t) {
-  if (!t.device().is_host()) fail(Code::kInvalidArgument, "clone_host: ", t.describe(), " is not in host memory");
   if (!t.is_contiguous()) fail(Code::kInvalidArgument, "clone_host: ", t.describe(), " is not contiguous");
-  Tensor out = Tensor::empty(t.shape(), t.dtype());
-  if (t.nbytes() > 0) std::memcpy(out.data(), t.data(), t.nbytes());
-  return out;
+  return to_host(t);
 }
 
 OptimizerKind parse_optimizer_kind(std::string_view name) {
@@ -121,35 +111,55 @@ std::vector<std::string_view> Optimizer::state_suffixes() const {
   return {};
 }
 
-Tensor& Optimizer::state_for(const ParamGrad& p, std::string_view suffix) {
+Tensor& Optimizer::state_for(const ParamGrad& p, std::string_view suffix, const Stream& stream) {
   std::string key = cat(p.name, "/", suffix);
   auto it = state_.find(key);
   if (it == state_.end()) {
-    it = state_.emplace(key, Tensor::empty(p.param.shape(), DType::kF32)).first;  // zeroed
+    Tensor fresh = Tensor::empty_like(p.param, stream);
+    zero(fresh, stream);
+    it = state_.emplace(key, fresh).first;
   } else if (it->second.shape() != p.param.shape()) {
     fail(Code::kInvalidArgument, "optimizer: state '", key, "' has shape ", shape_string(it->second.shape()),
          " but parameter '", p.name, "' has shape ", shape_string(p.param.shape()),
          " (state imported for another model?)");
+  } else if (!(it->second.device() == p.param.device())) {
+    // Imported on another device (a checkpoint is read into host memory).
+    Tensor moved = Tensor::empty_like(p.param, stream);
+    copy(moved, it->second, stream);
+    it->second = moved;
   }
   return it->second;
 }
 
-void Optimizer::init_state(std::span<const ParamGrad> params) {
+void Optimizer::init_state(std::span<const ParamGrad> params, const Stream& stream) {
   check_unique(params);
   for (const ParamGrad& p : params) {
-    check_param(p);
-    for (std::string_view s : state_suffixes()) state_for(p, s);
+    check_param(p, stream);
+    for (std::string_view s : state_suffixes()) state_for(p, s, stream);
   }
 }
 
-void Optimizer::step(std::span<const ParamGrad> params, double lr) {
+void Optimizer::step(std::span<const ParamGrad> params, double lr, const Stream& stream) {
   require(std::isfinite(lr) && lr >= 0, "optimizer: learning rate must be finite and >= 0, got ", lr);
-  init_state(params);  // validates everything before any parameter changes
-  for (const ParamGrad& p : params) update(p, lr);
+  init_state(params, stream);  // validates everything before any parameter changes
+  for (const ParamGrad& p : params) update(p, lr, stream);
   ++steps_;
 }
 
-void Optimizer::update(const ParamGrad& p, double lr) {
+double Optimizer::l2_norm(const Tensor& t, const Stream& stream) const {
+  const kernels::SquareF64 square{t.data_as<float>()};
+  if (stream.is_host()) {
+    double sum = 0;
+    kernels::reduce_into(stream, t.numel(), square, kernels::Plus{}, &sum);
+    return std::sqrt(sum);
+  }
+  Tensor sum = Tensor::empty_like(t, {1}, DType::kF64, stream);
+  zero(sum, stream);
+  kernels::reduce_into(stream, t.numel(), square, kernels::Plus{}, sum.data_as<double>());
+  return std::sqrt(*to_host(sum, stream).data_as<double>());
+}
+
+void Optimizer::update(const ParamGrad& p, double lr, const Stream& stream) {
   const int64_t n = p.param.numel();
   float* w = p.param.data_as<float>();
   const float* g = p.grad.data_as<float>();
@@ -157,14 +167,14 @@ void Optimizer::update(const ParamGrad& p, double lr) {
   switch (o.kind) {
     case OptimizerKind::kSgd: {
       kernels::SgdUpdate f{static_cast<float>(lr), 0.0f, static_cast<float>(o.weight_decay), false};
-      host_loop(n, f, w, g, static_cast<float*>(nullptr));
+      kernels::for_each(stream, n, f, w, g, static_cast<float*>(nullptr));
       return;
     }
     case OptimizerKind::kMomentum:
     case OptimizerKind::kNesterov: {
       kernels::SgdUpdate f{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay),
                            o.kind == OptimizerKind::kNesterov};
-      host_loop(n, f, w, g, state_for(p, kVelocity).data_as<float>());
+      kernels::for_each(stream, n, f, w, g, state_for(p, kVelocity, stream).data_as<float>());
       return;
     }
     case OptimizerKind::kAdam:
@@ -178,15 +188,17 @@ void Optimizer::update(const ParamGrad& p, double lr) {
                             o.kind == OptimizerKind::kAdamW,
                             static_cast<float>(1.0 - std::pow(o.beta1, t)),
                             static_cast<float>(1.0 - std::pow(o.beta2, t))};
-      host_loop(n, f, w, g, state_for(p, kAdamM).data_as<float>(), state_for(p, kAdamV).data_as<float>());
+      kernels::for_each(stream, n, f, w, g, state_for(p, kAdamM, stream).data_as<float>(),
+                        state_for(p, kAdamV, stream).data_as<float>());
       return;
     }
     case OptimizerKind::kLars: {
       const bool excluded = o.lars_exclude_1d && p.param.ndim() <= 1;
       const double wd = excluded ? 0.0 : o.weight_decay;
-      const double trust = excluded ? 1.0 : kernels::lars_trust_ratio(l2_norm(w, n), l2_norm(g, n), o.lars_eta, wd);
+      const double trust =
+          excluded ? 1.0 : kernels::lars_trust_ratio(l2_norm(p.param, stream), l2_norm(p.grad, stream), o.lars_eta, wd);
       kernels::LarsUpdate f{static_cast<float>(lr * trust), static_cast<float>(o.momentum), static_cast<float>(wd)};
-      host_loop(n, f, w, g, state_for(p, kVelocity).data_as<float>());
+      kernels::for_each(stream, n, f, w, g, state_for(p, kVelocity, stream).data_as<float>());
       return;
     }
   }
@@ -228,6 +240,7 @@ void Optimizer::import_state(std::span<const NamedTensor> state) {
             optimizer_kind_name(options_.kind), " optimizer (saved by another optimizer?)");
     if (e.tensor.dtype() != DType::kF32)
       fail(Code::kInvalidArgument, "optimizer state: '", e.name, "' must be f32, got ", e.tensor.describe());
+    require(e.tensor.is_contiguous(), "optimizer state: '", e.name, "' must be contiguous, got ", e.tensor.describe());
     auto old = state_.find(e.name);
     if (!(old == state_.end() || old->second.shape() == e.tensor.shape()))
       fail(Code::kInvalidArgument, "optimizer state: '", e.name, "' has shape ", shape_string(e.tensor.shape()),

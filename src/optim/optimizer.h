@@ -1,7 +1,8 @@
-// Optimizers: SGD (plain, momentum, Nesterov), Adam, AdamW and LARS over f32 host
-// parameters. The update math lives in kernels/optim_update.h; this class owns the
-// per-parameter state (velocities, moments) and the step count, and exports them as
-// named tensors for checkpoints and for broadcasting from rank 0.
+// Optimizers: SGD (plain, momentum, Nesterov), Adam, AdamW and LARS over f32
+// parameters on any device. The update math lives in kernels/optim_update.h and runs
+// through kernels::for_each on the caller's stream; this class owns the per-parameter
+// state (velocities, moments: on the parameter's device) and the step count, and
+// exports them as named tensors for checkpoints and for broadcasting from rank 0.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "optim/named_tensor.h"
+#include "tensor/device.h"
 
 namespace cohort {
 
@@ -45,13 +47,16 @@ class Optimizer {
   explicit Optimizer(OptimizerOptions options);
 
   // Updates every parameter in place from its gradient with learning rate `lr`, then
-  // counts one step. Parameters and gradients must be contiguous f32 host tensors of
-  // equal shape with unique names; state is created (zero) on first sight of a name.
-  void step(std::span<const ParamGrad> params, double lr);
+  // counts one step. Parameters and gradients must be contiguous f32 tensors of equal
+  // shape on one device, with unique names; the updates are enqueued on `stream` (a
+  // stream of that device; on the host its threads split the work). State is created
+  // (zero) on first sight of a name, on the parameter's device. LARS reads its norms
+  // back, so with a device stream the call waits for the work before each LARS update.
+  void step(std::span<const ParamGrad> params, double lr, const Stream& stream = {});
 
   // Creates zero state for parameters not seen yet, so that export_state() lists the
   // full state before the first step (for a broadcast from rank 0).
-  void init_state(std::span<const ParamGrad> params);
+  void init_state(std::span<const ParamGrad> params, const Stream& stream = {});
 
   // The state as named tensors, sorted by name: "step" (i64[1]) and one or two
   // tensors per parameter, "<param>/velocity" (momentum kinds) or "<param>/adam_m" and
@@ -59,7 +64,8 @@ class Optimizer {
   // broadcast) changes the optimizer; copy them to keep a snapshot across steps.
   std::vector<NamedTensor> export_state() const;
 
-  // Replaces the state with copies of `state` (as export_state() wrote it). Throws
+  // Replaces the state with copies of `state` (as export_state() wrote it; host or
+  // device tensors: each moves to its parameter's device when next used). Throws
   // kInvalidArgument naming the entry when a name does not belong to this kind of
   // optimizer, a dtype is wrong, "step" is missing, or a shape disagrees with a
   // parameter already known. Shapes are checked against parameters again at step().
@@ -75,8 +81,9 @@ class Optimizer {
   std::vector<std::string_view> state_suffixes() const;
 
  private:
-  Tensor& state_for(const ParamGrad& p, std::string_view suffix);
-  void update(const ParamGrad& p, double lr);
+  Tensor& state_for(const ParamGrad& p, std::string_view suffix, const Stream& stream);
+  void update(const ParamGrad& p, double lr, const Stream& stream);
+  double l2_norm(const Tensor& t, const Stream& stream) const;
 
   OptimizerOptions options_;
   int64_t steps_ = 0;

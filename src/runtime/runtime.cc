@@ -77,7 +77,8 @@ comm::DeviceTransportFactory Runtime::device_transport() {
     f.device = {Device::Kind::kCuda, collective_gpu_};
     MPI_Comm bootstrap = device_bootstrap_;
     int id = collective_gpu_;
-    f.create = [bootstrap, id] { return std::make_unique<comm::NcclTransport>(bootstrap, id); };
+    std::shared_ptr<Allocator> memory = memory_->on(f.device);
+    f.create = [bootstrap, id, memory] { return std::make_unique<comm::NcclTransport>(bootstrap, id, memory); };
   } else if (config_.get_string("device") == "cpu") {
     f.unavailable =
         cat("this runtime was created with device=cpu; create it with device=auto to run collectives of CUDA "
@@ -107,8 +108,7 @@ void Runtime::choose_device() {
     collective_gpu_ = layout_.local_rank % probe.device_count;
     if (choice == "cuda" && !backend::cuda_backend_trains())
       fail(Code::kUnsupported, "device=cuda was requested but ", backend::kCudaCannotTrain,
-           "; use --device=auto (models compute on the CPU and collectives of CUDA tensors run over NCCL on cuda:",
-           collective_gpu_, ") or --device=cpu");
+           "; use --device=cpu, or a cohort built with the CUDA toolkit");
     if (layout_.local_size > probe.device_count)
       COHORT_LOG_WARN(layout_.local_size, " ranks share ", probe.device_count,
                       " GPUs on this node: ranks on one GPU slow each other down and NCCL refuses them");

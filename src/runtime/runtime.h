@@ -15,6 +15,7 @@
 
 #include "comm/engine.h"
 #include "core/config.h"
+#include "tensor/memory.h"
 #include "tensor/tensor.h"
 
 namespace cohort {
@@ -41,6 +42,8 @@ class Runtime {
   int thread_budget() const { return thread_budget_; }
   // Where models compute.
   Device device() const { return device_; }
+  // This runtime's allocators (host, pinned host, a caching allocator per device).
+  Memory& memory() { return *memory_; }
   // GPUs visible to this process.
   int cuda_device_count() const { return cuda_device_count_; }
   // The CUDA ordinal collectives of CUDA tensors run on for this rank, or -1 when they
@@ -85,6 +88,7 @@ class Runtime {
   comm::DeviceTransportFactory device_transport();
 
   Config config_;
+  std::unique_ptr<Memory> memory_ = std::make_unique<Memory>();
   RankLayout layout_;
   MPI_Comm world_ = MPI_COMM_NULL;
   MPI_Comm local_ = MPI_COMM_NULL;

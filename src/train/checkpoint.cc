@@ -323,9 +323,9 @@ void restore_parameters(const Checkpoint& ck, std::string_view model, std::span<
   std::map<std::string_view, const Tensor*> saved;
   for (const NamedTensor& t : ck.params) saved[t.name] = &t.tensor;
   for (const NamedTensor& p : params) {
-    require(p.tensor.device().is_host() && p.tensor.is_contiguous(), "restore: parameter '", p.name,
-            "' must be a contiguous host tensor");
-    if (p.tensor.nbytes() > 0) std::memcpy(p.tensor.data(), saved[p.name]->data(), p.tensor.nbytes());
+    require(p.tensor.is_contiguous(), "restore: parameter '", p.name, "' must be contiguous, got ",
+            p.tensor.describe());
+    copy(p.tensor, *saved[p.name]);  // to the parameter's device (complete on return)
   }
 }
 

@@ -22,8 +22,9 @@ class EngineCollectives : public Collectives {
 
   int rank() const override { return engine_.rank(); }
   int size() const override { return engine_.size(); }
-  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) override;
-  void wait_all() override;
+  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale,
+                       const Event& ready = {}) override;
+  void wait_all(const Stream& stream = {}) override;
   void broadcast(const std::string& name, Tensor t, int root) override;
 
   // Seconds spent blocked in wait_all() since the last take_wait_seconds().

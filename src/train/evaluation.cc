@@ -4,46 +4,77 @@
 #include <cstring>
 
 #include "core/status.h"
+#include "kernels/for_each.h"
+#include "kernels/metrics.h"
+#include "kernels/optim_update.h"
 
 namespace cohort {
 
 bool in_top_k(const float* scores, int64_t classes, int64_t label, int k) {
-  const float target = scores[label];
-  if (!std::isfinite(target)) return false;
-  int64_t higher = 0;
-  for (int64_t c = 0; c < classes; ++c) {
-    if (!std::isfinite(scores[c])) return false;
-    if (scores[c] > target) ++higher;
-  }
-  return higher < k;
+  return kernels::in_top_k(scores, classes, label, k);
 }
 
 double softmax_cross_entropy(const float* scores, int64_t classes, int64_t label) {
-  double top = scores[0];
-  for (int64_t c = 1; c < classes; ++c) top = std::max(top, static_cast<double>(scores[c]));
-  double sum = 0;
-  for (int64_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(scores[c]) - top);
-  return std::log(sum) + top - static_cast<double>(scores[label]);
+  return kernels::softmax_cross_entropy(scores, classes, label);
 }
 
-void EvalAccumulator::add_batch(const Tensor& logits, const Tensor& labels, int64_t valid) {
-  require(logits.dtype() == DType::kF32 && logits.ndim() == 2 && logits.device().is_host() && logits.is_contiguous(),
-          "evaluation: logits must be a contiguous f32 [N, classes] host tensor, got ", logits.describe());
+namespace {
+
+// The hits and the loss sum of the first `valid` rows, reduced where `stream` runs
+// (device scalars are read back at the end).
+template <typename Label>
+void add_rows(EvalTotals& totals, const Tensor& logits, const Tensor& labels, int64_t valid, const Stream& stream) {
+  const int64_t classes = logits.dim(1);
+  const kernels::TopKHits<Label> hits_of{logits.data_as<float>(), labels.data_as<Label>(), classes};
+  const kernels::RowCrossEntropy<Label> loss_of{logits.data_as<float>(), labels.data_as<Label>(), classes};
+  uint64_t hits = 0;
+  double loss = 0;
+  if (stream.is_host()) {
+    kernels::reduce_into(stream, valid, hits_of, kernels::Plus{}, &hits);
+    kernels::reduce_into(stream, valid, loss_of, kernels::Plus{}, &loss);
+  } else {
+    Tensor sums = Tensor::empty_like(logits, {2}, DType::kF64, stream);  // the u64 hits, the f64 loss
+    zero(sums, stream);
+    kernels::reduce_into(stream, valid, hits_of, kernels::Plus{}, reinterpret_cast<uint64_t*>(sums.data_as<double>()));
+    kernels::reduce_into(stream, valid, loss_of, kernels::Plus{}, sums.data_as<double>() + 1);
+    const Tensor back = to_host(sums, stream);
+    std::memcpy(&hits, back.data(), sizeof hits);
+    loss = back.data_as<double>()[1];
+  }
+  totals.top1 += static_cast<int64_t>(hits & 0xffffffffu);
+  totals.top5 += static_cast<int64_t>(hits >> 32);
+  totals.loss_sum += loss;
+}
+
+}  // namespace
+
+void EvalAccumulator::add_batch(const Tensor& logits, const Tensor& labels, int64_t valid, const Stream& stream) {
+  const bool here = logits.device().is_host() ? stream.is_host() : logits.device() == stream.device();
+  require(logits.dtype() == DType::kF32 && logits.ndim() == 2 && here && logits.is_contiguous(),
+          "evaluation: logits must be a contiguous f32 [N, classes] tensor on the stream's device (",
+          stream.device().to_string(), "), got ", logits.describe());
   const int64_t n = logits.dim(0), classes = logits.dim(1);
   require(classes >= 1, "evaluation: logits have no classes");
   require((labels.dtype() == DType::kI32 || labels.dtype() == DType::kI64) && labels.ndim() == 1 &&
               labels.dim(0) == n && labels.device().is_host() && labels.is_contiguous(),
-          "evaluation: labels must be i32 or i64 [", n, "] on the host, got ", labels.describe());
+          "evaluation: labels must be i32 or i64 [", n, "] in host memory, got ", labels.describe());
   require(valid >= 0 && valid <= n, "evaluation: valid count ", valid, " is outside [0, ", n, "]");
   for (int64_t i = 0; i < valid; ++i) {
     const int64_t label = labels.dtype() == DType::kI32 ? labels.data_as<int32_t>()[i] : labels.data_as<int64_t>()[i];
     require(label >= 0 && label < classes, "evaluation: label ", label, " of sample ", i, " is outside [0, ", classes,
             ")");
-    const float* row = logits.data_as<float>() + i * classes;
-    totals_.top1 += in_top_k(row, classes, label, 1) ? 1 : 0;
-    totals_.top5 += in_top_k(row, classes, label, 5) ? 1 : 0;
-    totals_.loss_sum += softmax_cross_entropy(row, classes, label);
   }
+  // A batch of fewer than 2^32 rows: the packed top-1 and top-5 counts cannot overflow.
+  require(valid < (int64_t{1} << 32), "evaluation: ", valid, " rows in one batch are too many");
+  Tensor where = labels;
+  if (!stream.is_host()) {
+    where = Tensor::empty_like(logits, labels.shape(), labels.dtype(), stream);
+    copy(where, labels, stream);
+  }
+  if (labels.dtype() == DType::kI32)
+    add_rows<int32_t>(totals_, logits, where, valid, stream);
+  else
+    add_rows<int64_t>(totals_, logits, where, valid, stream);
   totals_.samples += valid;
 }
 

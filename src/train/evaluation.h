@@ -10,6 +10,7 @@
 #include <string>
 
 #include "optim/distributed_optimizer.h"
+#include "tensor/device.h"
 #include "tensor/tensor.h"
 
 namespace cohort {
@@ -34,9 +35,11 @@ struct EvalResult {
 
 class EvalAccumulator {
  public:
-  // logits: f32 [N, C] host; labels: i32 or i64 [N] in [0, C); only the first `valid`
-  // rows count. Throws kInvalidArgument naming the bad shape, count or label.
-  void add_batch(const Tensor& logits, const Tensor& labels, int64_t valid);
+  // logits: f32 [N, C]; labels: i32 or i64 [N] in [0, C); only the first `valid` rows
+  // count. Host memory, or logits on a device with `stream` one of its streams (the
+  // counts are reduced there — labels in host memory are checked, then copied — and
+  // read back once). Throws kInvalidArgument naming the bad shape, count or label.
+  void add_batch(const Tensor& logits, const Tensor& labels, int64_t valid, const Stream& stream = {});
 
   const EvalTotals& totals() const { return totals_; }
   // This rank's totals as ratios.

@@ -14,9 +14,9 @@ class ReplicatedExchange final : public Exchange {
       : comm_(s.comm),
         roles_(s.roles),
         rank_(s.engine.rank()),
-        dist_(s.optimizer, s.comm, std::move(s.params), s.options) {}
+        dist_(s.optimizer, s.comm, std::move(s.params), s.options, s.stream) {}
 
-  void gradient_ready(size_t index) override { dist_.gradient_ready(index); }
+  void gradient_ready(size_t index, const Event& ready) override { dist_.gradient_ready(index, ready); }
   bool step(double lr) override { return dist_.step(lr); }
   int pass() const override { return dist_.pass(); }
   bool last_step_skipped() const override { return dist_.last_step_skipped(); }

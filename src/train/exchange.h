@@ -36,8 +36,9 @@ class Exchange {
  public:
   virtual ~Exchange() = default;
 
-  // Parameter `index`'s gradient of this backward pass is final (backward's thread).
-  virtual void gradient_ready(size_t index) = 0;
+  // Parameter `index`'s gradient of this backward pass is final once `ready` completes
+  // (backward's thread; complete on the host).
+  virtual void gradient_ready(size_t index, const Event& ready) = 0;
   // Ends a backward pass: false on an accumulation pass; on the last one the model's
   // parameters hold the next step's values when it returns.
   virtual bool step(double lr) = 0;
@@ -68,6 +69,7 @@ struct ExchangeSetup {
   std::vector<ParamGrad> params;
   Roles roles;
   DistributedOptions options;
+  Stream stream;  // the model's compute stream: the update runs on it
 };
 
 // Throws kInvalidArgument for an option the mode cannot honour (compression,

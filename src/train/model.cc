@@ -2,6 +2,7 @@
 
 #include "backend/backend.h"
 #include "backend/precision.h"
+#include "core/logging.h"
 #include "core/status.h"
 #include "models/zoo.h"
 #include "train/instrument.h"
@@ -9,19 +10,23 @@
 namespace cohort::train {
 namespace {
 
-// The backend the model computes on. The CPU backend is the only one that trains
-// models today; compute_threads = 0 takes the runtime's thread budget.
-std::shared_ptr<backend::Backend> make_backend(const Runtime& runtime, const Config& config) {
+// The backend of the runtime's compute device; compute_threads = 0 takes the
+// runtime's thread budget (the CPU backend's OpenMP team).
+std::shared_ptr<backend::Backend> make_backend(Runtime& runtime, const Config& config) {
   int threads = static_cast<int>(config.get_int("compute_threads"));
   if (threads <= 0) threads = runtime.thread_budget();
-  return backend::make_cpu_backend(threads);
+  backend::BackendOptions o;
+  o.tf32 = backend::parse_tf32(config.get_string("tf32"));
+  if (!runtime.device().is_host()) o.memory = runtime.memory().on(runtime.device());
+  return backend::make_backend(runtime.device(), threads, o);
 }
 
 bool is_set(const Config& config, const char* key) { return config.source(key) != OptionSource::kDefault; }
 
 // `type` spells the dtype as DLPack users know it ("float32").
-void check_host_compact(const Tensor& t, const char* what, DType dtype, const char* type) {
-  require(t.device().is_host(), what, " must be host memory (kDLCPU), got ", t.device().to_string());
+void check_compact(const Tensor& t, const char* what, DType dtype, const char* type, Device device) {
+  require(t.device().is_host() || t.device() == device, what, " must be host memory (kDLCPU)",
+          device.is_host() ? std::string() : cat(" or on ", device.to_string()), ", got ", t.device().to_string());
   require(t.dtype() == dtype, what, " must be ", type, ", got ", dtype_name(t.dtype()));
   require(t.is_contiguous(), what, " must be compact (row-major)");
   require(t.data() != nullptr || t.numel() == 0, what, "->data is NULL");
@@ -33,11 +38,15 @@ Model::Model(std::shared_ptr<Runtime> runtime, std::string name, std::unique_ptr
     : runtime_(std::move(runtime)), name_(std::move(name)), graph_(std::move(graph)) {
   layout_ = config.get_string("data_format") == "NHWC" ? Layout::kNHWC : Layout::kNCHW;
   seed_ = instrument::init_seed(config, static_cast<uint64_t>(config.get_int("seed")));
-  graph_->set_backend(make_backend(*runtime_, config));
+  const Device device = runtime_->device();
+  auto backend = make_backend(*runtime_, config);
+  if (!device.is_host() && runtime_->rank() == 0)
+    COHORT_LOG_INFO("model '", name_, "' computes on ", backend->describe());
+  graph_->set_backend(std::move(backend), device.is_host() ? nullptr : runtime_->memory().on(device));
   graph_->set_precision(backend::parse_precision(config.get_string("precision")));
   graph_->set_dropout_seed(seed_);
-  graph_->add_grad_ready([this](int index, const Parameter&) {
-    if (grad_ready_) grad_ready_(static_cast<size_t>(index));
+  graph_->add_grad_ready([this](int index, const Parameter&, const Event& ready) {
+    if (grad_ready_) grad_ready_(static_cast<size_t>(index), ready);
   });
 }
 
@@ -90,7 +99,7 @@ void Model::clear_grad_ready(uint64_t token) {
 }
 
 int64_t Model::check_images(const Tensor& images) const {
-  check_host_compact(images, "images", DType::kF32, "float32");
+  check_compact(images, "images", DType::kF32, "float32", device());
   const Shape& in = graph_->shape(0);
   const int64_t n = images.ndim() > 0 ? images.dim(0) : 0;
   Shape want{n};
@@ -104,13 +113,18 @@ int64_t Model::check_images(const Tensor& images) const {
   return n;
 }
 
-void Model::check_labels(const Tensor& labels, int64_t n) {
-  check_host_compact(labels, "labels", DType::kI32, "int32");
+void Model::check_labels(const Tensor& labels, int64_t n) const {
+  check_compact(labels, "labels", DType::kI32, "int32", device());
   require(labels.shape() == Shape{n}, "labels must have shape [", n, "], got ", shape_string(labels.shape()));
 }
 
 void Model::require_loss() const {
   require(graph_->has_loss(), "the model has no loss layer: add a softmax_xent layer last");
+}
+
+Tensor Model::on_device(const Tensor& t) const {
+  if (device().is_host() || t.device() == device()) return t;
+  return clone_to(t, *runtime_->memory().on(device()), stream());
 }
 
 float Model::forward_backward(const Tensor& images, const Tensor& labels) {
@@ -121,9 +135,9 @@ float Model::forward_backward(const Tensor& images, const Tensor& labels) {
   // Reductions of gradients produced here may wait until compute has ended on every
   // rank (comm_during_compute=hold), instead of taking cores from it.
   ComputeBracket bracket(runtime_->engine());
-  const float loss = graph_->forward_train(images.data_as<float>(), n, layout_, labels.data_as<int32_t>());
+  graph_->forward(on_device(images), layout_, on_device(labels));
   graph_->backward();
-  return loss;
+  return graph_->loss();  // after backward is enqueued: a device waits for the loss only now
 }
 
 void Model::forward(const Tensor& images, const Tensor& output) {
@@ -132,11 +146,11 @@ void Model::forward(const Tensor& images, const Tensor& output) {
   Shape want{n};
   const Shape& os = graph_->shape(layer);
   want.insert(want.end(), os.begin(), os.end());
-  check_host_compact(output, "output", DType::kF32, "float32");
+  check_compact(output, "output", DType::kF32, "float32", device());
   require(output.shape() == want, "output has shape ", shape_string(output.shape()), " but the model gives ",
           shape_string(want));
   materialize();
-  graph_->infer(images.data_as<float>(), n, layout_, output.data_as<float>(), layer);
+  graph_->infer(on_device(images), layout_, output, layer);
 }
 
 float Model::loss(const Tensor& images, const Tensor& labels) {
@@ -144,7 +158,7 @@ float Model::loss(const Tensor& images, const Tensor& labels) {
   const int64_t n = check_images(images);
   check_labels(labels, n);
   materialize();
-  return graph_->eval_loss(images.data_as<float>(), n, layout_, labels.data_as<int32_t>());
+  return graph_->eval_loss(on_device(images), layout_, on_device(labels));
 }
 
 }  // namespace cohort::train

@@ -62,23 +62,33 @@ class Model {
   // Allocates and initialises the parameters (idempotent).
   void materialize();
 
+  // Where the model computes, and the stream its work is enqueued on.
+  Device device() const { return graph_->device(); }
+  const Stream& stream() const { return graph_->stream(); }
+
   // The one gradient-ready hook, called with the parameter index on the thread running
-  // backward. Setting it replaces the previous one; returns a token for clear.
-  using GradReady = std::function<void(size_t index)>;
+  // backward, once the work that finishes the gradient is enqueued; the gradient is
+  // written when `ready` completes (at once on the CPU). Setting it replaces the
+  // previous one; returns a token for clear.
+  using GradReady = std::function<void(size_t index, const Event& ready)>;
   uint64_t set_grad_ready(GradReady hook);
   // Removes the hook if `token` still names it.
   void clear_grad_ready(uint64_t token);
 
   // Throws kInvalidArgument (naming `what`, the expected and the given shape) unless
-  // `images` is a compact f32 host tensor [N, <input in the model's layout>].
+  // `images` is a compact f32 tensor [N, <input in the model's layout>] in host memory
+  // or on the model's device.
   int64_t check_images(const Tensor& images) const;
-  // Throws kInvalidArgument unless `labels` is a compact int32 host tensor [n].
-  static void check_labels(const Tensor& labels, int64_t n);
+  // Throws kInvalidArgument unless `labels` is a compact int32 tensor [n] in host
+  // memory or on the model's device.
+  void check_labels(const Tensor& labels, int64_t n) const;
 
   // Training forward and backward inside a compute bracket; returns the mean loss.
-  // Overwrites every gradient and calls the gradient-ready hook for each.
+  // Overwrites every gradient and calls the gradient-ready hook for each. Host batches
+  // of a model on a device are copied there first.
   float forward_backward(const Tensor& images, const Tensor& labels);
-  // Inference output of the network's last non-loss layer into `output` [N, ...].
+  // Inference output of the network's last non-loss layer into `output` [N, ...] (host
+  // memory or the model's device), complete on return.
   void forward(const Tensor& images, const Tensor& output);
   // Inference loss of a batch.
   float loss(const Tensor& images, const Tensor& labels);
@@ -86,6 +96,8 @@ class Model {
  private:
   Model(std::shared_ptr<Runtime> runtime, std::string name, std::unique_ptr<Graph> graph, const Config& config);
   void require_loss() const;
+  // `t` on the model's device: itself when it is there already, else a copy.
+  Tensor on_device(const Tensor& t) const;
 
   std::shared_ptr<Runtime> runtime_;
   std::string name_;

@@ -63,14 +63,16 @@ EvalResult evaluate(Model& model, data::Pipeline* pipeline, int64_t max_steps) {
           shape_string(out_shape));
   const int64_t classes = out_shape[0];
   EvalAccumulator acc;
-  std::vector<float> logits;
+  Tensor logits;  // on the model's device: the metrics are reduced there
   for (int64_t s = 0; s < steps; ++s) {
     const data::BatchView& b = pipeline->next();
     const int64_t n = b.images.dim(0);
-    logits.resize(static_cast<size_t>(n * classes));
-    Tensor out = Tensor::wrap(logits.data(), {n, classes}, DType::kF32);
-    model.forward(b.images, out);
-    acc.add_batch(out, b.labels, b.valid);
+    if (logits.ndim() != 2 || logits.dim(0) != n)
+      logits = model.device().is_host() ? Tensor::empty({n, classes}, DType::kF32)
+                                        : Tensor::empty({n, classes}, DType::kF32,
+                                                        *model.runtime().memory().on(model.device()), model.stream());
+    model.forward(b.images, logits);
+    acc.add_batch(logits, b.labels, b.valid, model.stream());
   }
   EngineCollectives comm(model.runtime().engine(), "eval/");
   return acc.global_result(comm);

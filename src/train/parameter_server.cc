@@ -8,6 +8,7 @@
 #include "core/crc32c.h"
 #include "core/logging.h"
 #include "core/status.h"
+#include "kernels/for_each.h"
 #include "kernels/optim_update.h"
 
 namespace cohort::train {
@@ -26,11 +27,6 @@ Tensor header(double kind, double lr, int64_t clock) {
   v[kLr] = lr;
   v[kClock] = static_cast<double>(clock);
   return h;
-}
-
-template <typename F, typename... Ptrs>
-void host_loop(int64_t n, const F& f, Ptrs... ptrs) {
-  for (int64_t i = 0; i < n; ++i) f(i, ptrs...);
 }
 
 bool owns_entry(const std::string& entry, const std::set<std::string>& names) {
@@ -154,10 +150,10 @@ void PsServer::apply_synchronous() {
   for (size_t j = 0; j < shard_.size(); ++j) {
     float* sum = sum_[j].data_as<float>();
     const int64_t n = sum_[j].numel();
-    std::memset(sum, 0, sum_[j].nbytes());
+    zero(sum_[j]);
     for (size_t w : ready_)
-      host_loop(n, kernels::AccumulateScaled{scale}, sum,
-                static_cast<const float*>(peers_[w]->grads[j].data_as<float>()));
+      kernels::for_each(Stream(), n, kernels::AccumulateScaled{scale}, sum,
+                        static_cast<const float*>(peers_[w]->grads[j].data_as<float>()));
   }
   update(sum_, peers_[ready_.front()]->header.data_as<double>()[kLr]);
   for (size_t w : ready_) {
@@ -283,7 +279,8 @@ void PsWorker::push(size_t index) {
   Tensor grad = params_[index].grad;
   if (passes_.passes() > 1) {  // the mean over the passes
     grad = passes_.sum(index);
-    host_loop(grad.numel(), kernels::Scale{1.0f / static_cast<float>(passes_.passes())}, grad.data_as<float>());
+    kernels::for_each(Stream(), grad.numel(), kernels::Scale{1.0f / static_cast<float>(passes_.passes())},
+                      grad.data_as<float>());
   }
   sends_.push_back(engine_.send(owners_[index], tags_.grad(index), grad));
 }
@@ -335,6 +332,11 @@ class PsExchange final : public Exchange {
             "the parameter-server messages of trainer ", s.trainer_index, " (", params_.size(),
             " variables) need tags up to ", last, " but the transport allows ", engine_.max_tag());
     tags_.base = static_cast<int>(s.trainer_index * kBlock);
+    for (const ParamGrad& p : params_)
+      if (!p.param.device().is_host())
+        fail(Code::kUnsupported, "variable_update=", variable_update_name(roles_.mode),
+             " moves variables in host memory, but '", p.name, "' is ", p.param.describe(),
+             "; use variable_update=replicated (or independent) on this device");
     optimizer_.init_state(params_);
     std::vector<int64_t> bytes;
     for (const ParamGrad& p : params_) bytes.push_back(static_cast<int64_t>(p.param.nbytes()));
@@ -362,8 +364,9 @@ class PsExchange final : public Exchange {
       worker_ = std::make_unique<PsWorker>(engine_, tags_, params_, owners_, s.options.backward_passes_per_step);
   }
 
-  void gradient_ready(size_t index) override {
+  void gradient_ready(size_t index, const Event& ready) override {
     require(worker_ != nullptr, "rank ", engine_.rank(), " is a dedicated parameter server: it computes no gradients");
+    ready.synchronize();
     worker_->gradient_ready(index);
   }
 

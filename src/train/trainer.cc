@@ -8,6 +8,7 @@
 #include "train/agreement.h"
 #include "train/checkpoint.h"
 #include "train/precision.h"
+#include "tensor/device_api.h"
 
 namespace cohort::train {
 namespace {
@@ -84,8 +85,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(st
   model_->materialize();
   std::vector<ParamGrad> params;
   for (const Parameter& p : model_->graph().params()) params.push_back({p.name, p.value, p.grad});
-  exchange_ = make_exchange(
-      {rt.engine(), *comm_, index, *optimizer_, std::move(params), roles, DistributedOptions::from_config(config_)});
+  exchange_ = make_exchange({rt.engine(), *comm_, index, *optimizer_, std::move(params), roles,
+                             DistributedOptions::from_config(config_), model_->stream()});
   // Validate the schedule's options now when the run's length is not needed for it.
   try {
     lr_schedule();
@@ -96,7 +97,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(st
   std::vector<Tensor> traced;
   for (const Parameter& p : model_->graph().params()) traced.push_back(p.value);
   trace_ = instrument::OptimizerTrace::make(config_, rt, std::move(traced));
-  hook_token_ = model_->set_grad_ready([this](size_t index) { exchange_->gradient_ready(index); });
+  hook_token_ =
+      model_->set_grad_ready([this](size_t index, const Event& ready) { exchange_->gradient_ready(index, ready); });
 }
 
 Trainer::~Trainer() { model_->clear_grad_ready(hook_token_); }
@@ -129,6 +131,7 @@ std::vector<NamedTensor> Trainer::model_tensors() const {
 
 void Trainer::broadcast(int root) {
   check_open();
+  synchronize(model_->stream());  // the values are final before they travel
   exchange_->broadcast_parameters(root);
   for (const Parameter& s : model_->graph().states()) comm_->broadcast("state/" + s.name, s.value, root);
 }
@@ -156,7 +159,7 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
   if (valid > 0) {
     st.loss = model_->forward_backward(first_rows(images, valid), first_rows(labels, valid));
   } else {
-    for (const Parameter& p : graph.params()) std::memset(p.grad.data(), 0, p.grad.nbytes());
+    for (const Parameter& p : graph.params()) zero(p.grad, model_->stream());
   }
   st.compute_s = since(start);
   exchange_->take_wait_seconds();
@@ -175,7 +178,8 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
 void Trainer::save_checkpoint(const std::string& dir, const RunPosition& position) {
   check_open();
   require(!dir.empty(), "dir is empty");
-  exchange_->gather();  // the servers' variables and optimizer state, on rank 0 too
+  synchronize(model_->stream());  // the last update is done before the copies read it
+  exchange_->gather();            // the servers' variables and optimizer state, on rank 0 too
   run_on_root_and_agree(*comm_, "checkpoint/save", 0, cat("save a checkpoint in '", dir, "'"), [&] {
     Checkpoint ck;
     ck.model = model_->name();

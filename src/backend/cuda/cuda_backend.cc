@@ -1,13 +1,13 @@
-// The CUDA backend: cuDNN and cuBLAS handles on the runtime's device. It runs no
-// network yet (compile() reports kUnsupported); element-wise work will reuse the
-// kernels/ functors that the CPU tests cover.
+// The CUDA backend: cuDNN and cuBLAS handles on one device, its compute stream, the
+// algorithm cache its plans share, and the f32 math policy (backend/math_policy.h),
+// applied to cuBLAS here and to each convolution by its plan. Its plans:
+// backend/cuda/plan.h.
 #include "backend/backend.h"
 #include "core/status.h"
 
 #if COHORT_HAVE_CUDA
-#  include <cublas_v2.h>
-#  include <cuda_runtime_api.h>
-#  include <cudnn.h>
+#  include "backend/cuda/plan.h"
+#  include "tensor/device_api.h"
 #endif
 
 namespace cohort::backend {
@@ -17,46 +17,72 @@ namespace {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
-    cudaError_t err = cudaSetDevice(device);
-    if (err != cudaSuccess) fail(Code::kCuda, "cudaSetDevice(", device, "): ", cudaGetErrorString(err));
-    cudnnStatus_t ds = cudnnCreate(&cudnn_);
-    if (ds != CUDNN_STATUS_SUCCESS) fail(Code::kCudnn, "cudnnCreate: ", cudnnGetErrorString(ds));
-    cublasStatus_t bs = cublasCreate(&cublas_);
+  CudaBackend(int device, const BackendOptions& options) {
+    ctx_.device = device;
+    cuda::check(cudaSetDevice(device), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    cuda::check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+    gpu_name_ = prop.name;
+    major_ = prop.major;
+    minor_ = prop.minor;
+    ctx_.policy = options.tf32;
+    ctx_.tf32 = tf32_enabled(options.tf32, major_, minor_);
+    ctx_.memory = options.memory ? options.memory : make_caching_allocator(Device::cuda(device));
+    require(ctx_.memory->device() == Device::cuda(device), "the CUDA backend on cuda:", device,
+            " was given an allocator of ", ctx_.memory->device().to_string());
+    cuda::check(cudnnCreate(&ctx_.cudnn), "cudnnCreate");
+    cublasStatus_t bs = cublasCreate(&ctx_.cublas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
-      cudnnDestroy(cudnn_);
-      fail(Code::kCublas, "cublasCreate failed with status ", static_cast<int>(bs));
+      cudnnDestroy(ctx_.cudnn);
+      cuda::check(bs, "cublasCreate");
     }
+    cuda::check(cublasSetMathMode(ctx_.cublas, ctx_.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                "cublasSetMathMode");
+    stream_ = OwnedStream(Device::cuda(device));
   }
   ~CudaBackend() override {
-    cublasDestroy(cublas_);
-    cudnnDestroy(cudnn_);
+    cublasDestroy(ctx_.cublas);
+    cudnnDestroy(ctx_.cudnn);
   }
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
-  std::string name() const override { return cat("cuda:", device_); }
-  std::unique_ptr<Plan> compile(const NetSpec&, const Bindings&, const PlanOptions&) override {
-    fail(Code::kUnsupported, kCudaCannotTrain, "; use device=cpu");
+
+  std::string name() const override { return cat("cuda:", ctx_.device); }
+  std::string describe() const override {
+    return cat("cuda:", ctx_.device, " (", gpu_name_, ", cuDNN ", cudnnGetVersion(), "), ",
+               describe_math(ctx_.policy, major_, minor_));
+  }
+  Device device() const override { return Device::cuda(ctx_.device); }
+  Stream stream() const override { return stream_.get(); }
+  std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings, const PlanOptions& options) override {
+    require(options.batch > 0, "batch size must be positive, got ", options.batch);
+    check_bindings(spec, bindings, device());
+    return std::make_unique<cuda::CudaPlan>(ctx_, spec, bindings, options);
   }
 
  private:
-  int device_;
-  cudnnHandle_t cudnn_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
+  cuda::Context ctx_;
+  OwnedStream stream_;
+  std::string gpu_name_;
+  int major_ = 0, minor_ = 0;
 };
 
 }  // namespace
 
-std::shared_ptr<Backend> make_cuda_backend(int device) { return std::make_shared<CudaBackend>(device); }
+std::shared_ptr<Backend> make_cuda_backend(int device, const BackendOptions& options) {
+  return std::make_shared<CudaBackend>(device, options);
+}
+
+bool cuda_backend_trains() { return true; }
 
 #else
 
-std::shared_ptr<Backend> make_cuda_backend(int device) {
+std::shared_ptr<Backend> make_cuda_backend(int device, const BackendOptions&) {
   fail(Code::kUnsupported, "cannot use CUDA device ", device, ": this build of cohort has no CUDA backend");
 }
 
-#endif
-
 bool cuda_backend_trains() { return false; }
+
+#endif
 
 }  // namespace cohort::backend

@@ -69,8 +69,8 @@ ncclRedOp_t nccl_op(kernels::Reduce op) {
 
 }  // namespace
 
-NcclTransport::NcclTransport(MPI_Comm parent, int device)
-    : control_(std::make_unique<MpiTransport>(parent, 0)), device_(device) {
+NcclTransport::NcclTransport(MPI_Comm parent, int device, std::shared_ptr<Allocator> allocator)
+    : control_(std::make_unique<MpiTransport>(parent, 0)), device_(device), allocator_(std::move(allocator)) {
   ncclUniqueId id;
   std::memset(&id, 0, sizeof id);
   if (control_->rank() == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -186,46 +186,15 @@ void NcclTransport::scale(void* buf, size_t count, DType t, double factor) {
   sync("the scale kernel");
 }
 
-namespace {
-struct DeviceBlock {
-  void* data = nullptr;
-  std::vector<int64_t> shape;
-  int device = 0;
-};
-}  // namespace
+Stream NcclTransport::stream() const { return Stream(Device::cuda(device_), stream_); }
 
-Tensor NcclTransport::allocate(const Shape& shape, DType t) {
-  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(t);
-  auto block = std::make_unique<DeviceBlock>();
-  block->shape = shape;
-  block->device = device_;
-  if (bytes) {
-    cudaError_t rc = cudaMalloc(&block->data, bytes);
-    if (rc == cudaErrorMemoryAllocation)
-      fail(Code::kOutOfMemory, "cudaMalloc of ", bytes, " bytes on cuda:", device_, " failed: out of device memory");
-    cuda_check(rc, "cudaMalloc");
-  }
-  auto* managed = new DLManagedTensor{};
-  managed->dl_tensor.data = block->data;
-  managed->dl_tensor.device = {kDLCUDA, device_};
-  managed->dl_tensor.ndim = static_cast<int>(block->shape.size());
-  managed->dl_tensor.dtype = to_dlpack(t);
-  managed->dl_tensor.shape = block->shape.data();
-  managed->dl_tensor.strides = nullptr;
-  managed->dl_tensor.byte_offset = 0;
-  managed->manager_ctx = block.release();
-  managed->deleter = [](DLManagedTensor* m) {
-    auto* b = static_cast<DeviceBlock*>(m->manager_ctx);
-    if (b->data) cudaFree(b->data);
-    delete b;
-    delete m;
-  };
-  try {
-    return Tensor::from_dlpack(managed);
-  } catch (...) {
-    managed->deleter(managed);
-    throw;
-  }
+Tensor NcclTransport::allocate(const Shape& shape, DType t) { return Tensor::empty(shape, t, *allocator_, stream()); }
+
+void NcclTransport::wait_event(const Event& e) { e.block(stream()); }
+
+Event NcclTransport::record_done() {
+  // Every call synchronises its stream before returning: nothing is left to wait for.
+  return {};
 }
 
 }  // namespace cohort::comm

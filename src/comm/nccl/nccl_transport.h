@@ -1,7 +1,8 @@
 // The NCCL transport: device memory, one NCCL communicator per engine, its unique id
 // broadcast over MPI. Negotiation stays on MPI (host memory); only the data plane
-// runs on the GPU, on one stream that each call synchronises before returning. Zero-size
-// blocks are skipped (every rank knows the sizes, so the skips agree).
+// runs on the GPU, on one stream that each call synchronises before returning. Its
+// results and scratch come from the runtime's caching allocator. Zero-size blocks are
+// skipped (every rank knows the sizes, so the skips agree).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,13 +14,15 @@
 
 #include "comm/mpi/mpi_transport.h"
 #include "comm/transport.h"
+#include "tensor/allocator.h"
 
 namespace cohort::comm {
 
 class NcclTransport final : public Transport {
  public:
-  // Collective over `parent`. `device` is this rank's CUDA device ordinal.
-  NcclTransport(MPI_Comm parent, int device);
+  // Collective over `parent`. `device` is this rank's CUDA device ordinal; `allocator`
+  // gives memory on it.
+  NcclTransport(MPI_Comm parent, int device, std::shared_ptr<Allocator> allocator);
   ~NcclTransport() override;
   NcclTransport(const NcclTransport&) = delete;
   NcclTransport& operator=(const NcclTransport&) = delete;
@@ -40,8 +43,11 @@ class NcclTransport final : public Transport {
                       kernels::Reduce op) override;
   void barrier() override { control_->barrier(); }
   void copy(void* dst, const void* src, size_t bytes, Device d) override;
-  // Device memory (cudaMalloc, freed when the last view goes) on this transport's GPU.
+  // Device memory from the caching allocator, used on this transport's stream.
   Tensor allocate(const Shape& shape, DType t) override;
+  // Its stream waits for `e`; the event marks what was enqueued on it so far.
+  void wait_event(const Event& e) override;
+  Event record_done() override;
   void zero(void* buf, size_t bytes) override;
   void scale(void* buf, size_t count, DType t, double factor) override;
   // Any thread: aborts the communicator (ncclCommAbort); later calls fail kCancelled.
@@ -50,9 +56,11 @@ class NcclTransport final : public Transport {
  private:
   void check_open(const char* call) const;
   void sync(const char* call);
+  Stream stream() const;
 
   std::unique_ptr<MpiTransport> control_;
   int device_;
+  std::shared_ptr<Allocator> allocator_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::atomic<bool> aborted_{false};

@@ -27,10 +27,12 @@ class MpiCollectives : public Collectives {
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) override {
+  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale,
+                       const Event& ready) override {
+    ready.synchronize();
     pending_.push_back({t, prescale, postscale});
   }
-  void wait_all() override {
+  void wait_all(const Stream&) override {
     for (Pending& p : pending_) run(p);
     pending_.clear();
   }

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "models/zoo.h"
+#include "support/host_views.h"
 
 int main(int argc, char** argv) {
   if (argc < 5) {
@@ -45,7 +46,8 @@ int main(int argc, char** argv) {
       if (profile && s == warmup) g->set_profiling(true);
       auto t0 = std::chrono::steady_clock::now();
       const double c0 = cpu_now();
-      const float loss = g->forward_train(x.data(), batch, cohort::Layout::kNCHW, y.data());
+      const float loss = g->forward_train(cohort::test::batch_view(x, *g, batch, cohort::Layout::kNCHW),
+                                          cohort::Layout::kNCHW, cohort::test::labels_view(y, batch));
       g->backward();
       for (auto& p : g->params()) {
         float* w = p.value.data_as<float>();

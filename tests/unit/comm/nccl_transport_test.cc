@@ -26,7 +26,7 @@ bool have_gpu() {
 TEST(CommNccl, AllreduceAndBroadcastOnDeviceMemory) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
   mpi_process::ensure_initialized();
-  NcclTransport t(MPI_COMM_WORLD, 0);
+  NcclTransport t(MPI_COMM_WORLD, 0, make_caching_allocator(Device::cuda(0)));
   std::vector<float> host = {1, 2, 3, 4};
   float* dev = nullptr;
   ASSERT_EQ(cudaMalloc(&dev, sizeof(float) * 4), cudaSuccess);
@@ -53,13 +53,6 @@ struct DeviceCopy {
     return Tensor::wrap(ptr, like.shape(), like.dtype(), {Device::Kind::kCuda, 0});
   }
 };
-
-// A device tensor's contents as a host tensor.
-Tensor to_host(const Tensor& device) {
-  Tensor out = Tensor::empty(device.shape(), device.dtype());
-  EXPECT_EQ(cudaMemcpy(out.data(), device.data(), device.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-  return out;
-}
 
 Tensor iota(DType t, const Shape& shape, double scale = 1.0) {
   Tensor x = Tensor::empty(shape, t);
@@ -95,7 +88,7 @@ Tensor iota(DType t, const Shape& shape, double scale = 1.0) {
 TEST(CommNccl, DeviceScaleMatchesTheHostKernelsForEveryDtype) {
   if (!have_gpu()) GTEST_SKIP() << "no usable GPU";
   mpi_process::ensure_initialized();
-  NcclTransport t(MPI_COMM_WORLD, 0);
+  NcclTransport t(MPI_COMM_WORLD, 0, make_caching_allocator(Device::cuda(0)));
   for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI32, DType::kI64, DType::kU8}) {
     Tensor host = iota(type, {1000});
     DeviceCopy dev(host);

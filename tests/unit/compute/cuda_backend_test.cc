@@ -1,23 +1,204 @@
-// The CUDA backend where a GPU is present; SKIPPED where none is.
+// Every layer kind of the CUDA backend against the CPU backend, forward and backward,
+// NCHW and NHWC, with the f32 math policy off (full f32 on both): outputs, input
+// gradients, parameter gradients and batch-norm statistics agree within f32 tolerances.
+// SKIPPED where no GPU is present.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/device_probe.h"
 #include "core/status.h"
+#include "graph/graph.h"
+#include "support/host_views.h"
+#include "tensor/device_api.h"
+#include "tensor/memory.h"
 
+namespace cohort {
 namespace {
 
-TEST(CudaBackend, CreatesHandlesAndReportsNetworksUnsupported) {
-  const cohort::CudaProbe probe = cohort::probe_cuda();
-  if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
-  auto backend = cohort::backend::make_cuda_backend(0);
-  EXPECT_EQ(backend->name(), "cuda:0");
-  try {
-    backend->compile({}, {}, {});
-    FAIL() << "no error";
-  } catch (const cohort::Error& e) {
-    EXPECT_EQ(e.code(), cohort::Code::kUnsupported);
+using backend::Layout;
+
+struct OpCase {
+  std::string name;
+  Shape input;
+  std::function<void(Graph&)> build;
+};
+
+std::vector<OpCase> cases() {
+  ConvOptions same;
+  same.pad = 1;
+  ConvOptions grouped;
+  grouped.stride = 2;
+  grouped.dilation = 2;
+  grouped.pad = 2;
+  grouped.groups = 2;
+  grouped.bias = false;
+  auto conv = [](Graph& g, int in, const char* name, int k, const ConvOptions& o) { return g.conv(in, name, k, o); };
+  return {
+      {"conv", {3, 9, 9}, [=](Graph& g) { conv(g, g.input(), "conv", 8, same); }},
+      {"conv_grouped_strided_dilated", {4, 11, 11}, [=](Graph& g) { conv(g, g.input(), "conv", 6, grouped); }},
+      {"dense", {37}, [](Graph& g) { g.dense(g.input(), "fc", 11); }},
+      {"batch_norm_4d", {5, 6, 6}, [](Graph& g) { g.batch_norm(g.input(), "bn"); }},
+      {"batch_norm_2d", {9}, [](Graph& g) { g.batch_norm(g.input(), "bn"); }},
+      {"max_pool",
+       {3, 8, 8},
+       [](Graph& g) {
+         g.max_pool(g.input(), "pool", {3, 2, 1, false});
+       }},
+      {"max_pool_ceil",
+       {3, 8, 9},
+       [](Graph& g) {
+         g.max_pool(g.input(), "pool", {3, 2, 0, true});
+       }},
+      {"avg_pool_ceil",
+       {3, 8, 9},
+       [](Graph& g) {
+         g.avg_pool(g.input(), "pool", {3, 2, 1, true});
+       }},
+      {"global_avg_pool", {6, 5, 7}, [](Graph& g) { g.global_avg_pool(g.input(), "gap"); }},
+      {"lrn", {7, 5, 5}, [](Graph& g) { g.lrn(g.input(), "lrn", 5, 1e-2f, 0.75f, 2.f); }},
+      {"relu", {4, 5, 5}, [](Graph& g) { g.relu(g.input(), "relu"); }},
+      {"leaky_relu", {4, 5, 5}, [](Graph& g) { g.activation(g.input(), "act", ActKind::kLeakyRelu, 0.2f); }},
+      {"elu", {4, 5, 5}, [](Graph& g) { g.activation(g.input(), "act", ActKind::kElu, 0.7f); }},
+      {"tanh", {4, 5, 5}, [](Graph& g) { g.activation(g.input(), "act", ActKind::kTanh); }},
+      {"sigmoid", {4, 5, 5}, [](Graph& g) { g.activation(g.input(), "act", ActKind::kSigmoid); }},
+      {"dropout", {300}, [](Graph& g) { g.dropout(g.input(), "drop", 0.4f); }},
+      {"concat",
+       {3, 6, 6},
+       [=](Graph& g) {
+         const int a = conv(g, g.input(), "a", 4, same);
+         g.concat({a, g.input()}, "cat");
+       }},
+      {"add_and_shared_input",
+       {3, 6, 6},
+       [=](Graph& g) {
+         const int a = conv(g, g.input(), "a", 3, same);
+         g.add({a, g.input(), a}, "sum");
+       }},
+      {"flatten_dense",
+       {3, 4, 5},
+       [](Graph& g) {
+         const int f = g.flatten(g.input(), "flat");
+         g.dense(f, "fc", 6);
+       }},
+      {"shortcut_a", {4, 7, 6}, [](Graph& g) { g.shortcut_a(g.input(), "short", 8, 2); }},
+      {"softmax_xent",
+       {10},
+       [](Graph& g) {
+         const int f = g.dense(g.input(), "fc", 5);
+         g.softmax_xent(f, "loss", 0.1f);
+       }},
+  };
+}
+
+std::vector<float> ramp(int64_t n, float scale) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = std::sin(static_cast<float>(i) * scale + 0.3f) * 1.5f;
+  return v;
+}
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+  const Tensor g = to_host(gpu), c = to_host(cpu);
+  ASSERT_EQ(g.numel(), c.numel()) << what;
+  double worst = 0;
+  int64_t at = 0;
+  for (int64_t i = 0; i < c.numel(); ++i) {
+    const double a = g.data_as<float>()[i], b = c.data_as<float>()[i];
+    const double err = std::abs(a - b) / (1e-3 + std::abs(b));
+    if (err > worst) {
+      worst = err;
+      at = i;
+    }
+  }
+  EXPECT_LT(worst, 2e-3) << what << ": element " << at << " is " << g.data_as<float>()[at] << " on the GPU, "
+                         << c.data_as<float>()[at] << " on the CPU";
+}
+
+class CudaOps : public ::testing::TestWithParam<Layout> {
+ protected:
+  void SetUp() override {
+    const CudaProbe probe = probe_cuda();
+    if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
+  }
+};
+
+TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
+  const Layout layout = GetParam();
+  Memory memory;
+  backend::BackendOptions o;
+  o.memory = memory.on(Device::cuda(0));
+  o.tf32 = backend::Tf32::kOff;
+  auto gpu_backend = backend::make_backend(Device::cuda(0), 1, o);
+  const int64_t n = 4;
+  for (const OpCase& c : cases()) {
+    SCOPED_TRACE(c.name + (layout == Layout::kNHWC ? " NHWC" : " NCHW"));
+    Graph cpu(c.input), gpu(c.input);
+    c.build(cpu);
+    c.build(gpu);
+    gpu.set_backend(gpu_backend, o.memory);
+    cpu.set_dropout_seed(7);
+    gpu.set_dropout_seed(7);
+    cpu.materialize(11);
+    gpu.materialize(11);
+    std::vector<float> x = ramp(n * shape_numel(c.input), 0.41f);
+    std::vector<int32_t> labels;
+    for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((i * 3) % 5));
+    const Tensor hx = test::batch_view(x, cpu, n, layout);
+    const Tensor dx_host = clone_to(hx, *o.memory);
+    const Tensor hy = test::labels_view(labels, n);
+    const Tensor dy_labels = clone_to(hy, *o.memory);
+    auto& cp = cpu.plan(n, layout, true, true);
+    auto& gp = gpu.plan(n, layout, true, true);
+    const bool loss = cpu.has_loss();
+    cp.forward(hx, loss ? hy : Tensor(), 3, cpu.stream());
+    gp.forward(dx_host, loss ? dy_labels : Tensor(), 3, gpu.stream());
+    const int out = cpu.output_layer();
+    std::vector<float> ycpu(static_cast<size_t>(n * shape_numel(cpu.shape(out)))), ygpu(ycpu.size());
+    cp.read(out, test::batch_view(ycpu, cpu, n, layout, out));
+    gp.read(out, test::batch_view(ygpu, gpu, n, layout, out));
+    expect_close(test::batch_view(ygpu, gpu, n, layout, out), test::batch_view(ycpu, cpu, n, layout, out), "output");
+    std::vector<float> grad = ramp(static_cast<int64_t>(ycpu.size()), 0.17f);
+    const Tensor gy = test::batch_view(grad, cpu, n, layout, out);
+    if (loss) {
+      EXPECT_NEAR(gp.loss(), cp.loss(), 1e-4 * std::abs(cp.loss()) + 1e-5);
+      cp.backward(
+          {}, [](int, const Event&) {}, cpu.stream());
+      gp.backward(
+          {}, [](int, const Event&) {}, gpu.stream());
+    } else {
+      cp.backward(
+          gy, [](int, const Event&) {}, cpu.stream());
+      gp.backward(
+          clone_to(gy, *o.memory), [](int, const Event&) {}, gpu.stream());
+    }
+    std::vector<float> dxc(x.size()), dxg(x.size());
+    cp.read_input_grad(test::batch_view(dxc, cpu, n, layout));
+    gp.read_input_grad(test::batch_view(dxg, gpu, n, layout));
+    expect_close(test::batch_view(dxg, gpu, n, layout), test::batch_view(dxc, cpu, n, layout), "input gradient");
+    synchronize(gpu.stream());
+    for (size_t i = 0; i < cpu.params().size(); ++i)
+      expect_close(gpu.params()[i].grad, cpu.params()[i].grad, "gradient of " + cpu.params()[i].name);
+    for (size_t i = 0; i < cpu.states().size(); ++i)
+      expect_close(gpu.states()[i].value, cpu.states()[i].value, cpu.states()[i].name);
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Layouts, CudaOps, ::testing::Values(Layout::kNCHW, Layout::kNHWC),
+                         [](const auto& info) { return info.param == Layout::kNHWC ? "NHWC" : "NCHW"; });
+
+TEST(CudaBackend, DescribesTheGpuAndItsMathPolicy) {
+  const CudaProbe probe = probe_cuda();
+  if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
+  auto b = backend::make_cuda_backend(0);
+  EXPECT_EQ(b->name(), "cuda:0");
+  EXPECT_EQ(b->device(), Device::cuda(0));
+  EXPECT_FALSE(b->stream().is_host());
+  EXPECT_NE(b->describe().find("tf32=auto"), std::string::npos) << b->describe();
+}
+
 }  // namespace
+}  // namespace cohort

@@ -3,10 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
 #include <random>
 
+#include "backend/backend.h"
 #include "core/status.h"
 #include "graph/graph.h"
+#include "support/host_views.h"
+#include "tensor/device_api.h"
+#include "tensor/memory.h"
 
 namespace {
 
@@ -49,7 +56,8 @@ std::vector<float> train_toy(uint64_t seed, int steps) {
   std::vector<int32_t> y;
   for (int s = 0; s < steps; ++s) {
     toy_batch(gen, 64, x, y);
-    losses.push_back(g.forward_train(x.data(), 64, Layout::kNCHW, y.data()));
+    losses.push_back(g.forward_train(cohort::test::batch_view(x, g, 64, Layout::kNCHW), Layout::kNCHW,
+                                     cohort::test::labels_view(y, 64)));
     g.backward();
     sgd(g, 0.5f);
   }
@@ -91,7 +99,8 @@ TEST(Graph, ConvNetWithBatchNormLearnsImages) {
         x[static_cast<size_t>(i * 36 + p)] = noise(gen) + ((left == (y[static_cast<size_t>(i)] == 1)) ? 1.f : 0.f);
       }
     }
-    const float loss = g.forward_train(x.data(), n, Layout::kNCHW, y.data());
+    const float loss = g.forward_train(cohort::test::batch_view(x, g, n, Layout::kNCHW), Layout::kNCHW,
+                                       cohort::test::labels_view(y, n));
     if (s == 0) first = loss;
     last = loss;
     g.backward();
@@ -101,7 +110,8 @@ TEST(Graph, ConvNetWithBatchNormLearnsImages) {
   EXPECT_LT(last, 0.3f);
   // Inference agrees with the labels.
   std::vector<float> logits(n * 2);
-  g.infer(x.data(), n, Layout::kNCHW, logits.data());
+  g.infer(cohort::test::batch_view(x, g, n, Layout::kNCHW), Layout::kNCHW,
+          cohort::test::output_view(logits, g, n, Layout::kNCHW));
   int correct = 0;
   for (int i = 0; i < n; ++i)
     correct += (logits[static_cast<size_t>(2 * i + 1)] > logits[static_cast<size_t>(2 * i)]) ==
@@ -144,7 +154,7 @@ TEST(Graph, GradReadyFiresOncePerParameterAsSoonAsItIsFinal) {
   g.materialize(1);
   std::vector<int> order;
   std::vector<std::vector<float>> at_ready(g.params().size());
-  g.set_grad_ready([&](int i, const cohort::Parameter& p) {
+  g.set_grad_ready([&](int i, const cohort::Parameter& p, const cohort::Event&) {
     order.push_back(i);
     const float* d = p.grad.data_as<float>();
     at_ready[static_cast<size_t>(i)].assign(d, d + p.grad.numel());
@@ -154,7 +164,7 @@ TEST(Graph, GradReadyFiresOncePerParameterAsSoonAsItIsFinal) {
   std::vector<int32_t> y{1, 3};
   for (int step = 0; step < 2; ++step) {
     order.clear();
-    g.forward_train(x.data(), 2, Layout::kNCHW, y.data());
+    g.forward_train(cohort::test::batch_view(x, g, 2, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 2));
     g.backward();
     // fc.weight, fc.bias, conv2.*, conv1.*: reverse layer order, each once
     EXPECT_EQ(order, (std::vector<int>{4, 5, 2, 3, 0, 1}));
@@ -250,23 +260,172 @@ TEST(Graph, SeveralGradReadyHooksCanBeAddedAndRemoved) {
   g.softmax_xent(g.dense(g.input(), "fc", 2), "loss");
   g.materialize(1);
   int a = 0, b = 0;
-  const int ida = g.add_grad_ready([&](int, const cohort::Parameter&) { ++a; });
-  g.add_grad_ready([&](int, const cohort::Parameter&) { ++b; });
+  const int ida = g.add_grad_ready([&](int, const cohort::Parameter&, const cohort::Event&) { ++a; });
+  g.add_grad_ready([&](int, const cohort::Parameter&, const cohort::Event&) { ++b; });
   std::vector<float> x{1, 2, 3};
   std::vector<int32_t> y{1};
-  g.forward_train(x.data(), 1, cohort::Layout::kNCHW, y.data());
+  g.forward_train(cohort::test::batch_view(x, g, 1, cohort::Layout::kNCHW), cohort::Layout::kNCHW,
+                  cohort::test::labels_view(y, 1));
   g.backward();
   EXPECT_EQ(a, 2);
   EXPECT_EQ(b, 2);
   g.remove_grad_ready(ida);
-  g.forward_train(x.data(), 1, cohort::Layout::kNCHW, y.data());
+  g.forward_train(cohort::test::batch_view(x, g, 1, cohort::Layout::kNCHW), cohort::Layout::kNCHW,
+                  cohort::test::labels_view(y, 1));
   g.backward();
   EXPECT_EQ(a, 2);
   EXPECT_EQ(b, 4);
   g.set_grad_ready(nullptr);
-  g.forward_train(x.data(), 1, cohort::Layout::kNCHW, y.data());
+  g.forward_train(cohort::test::batch_view(x, g, 1, cohort::Layout::kNCHW), cohort::Layout::kNCHW,
+                  cohort::test::labels_view(y, 1));
   g.backward();
   EXPECT_EQ(b, 4);
+}
+
+// ---- bindings and devices ----
+
+cohort::backend::Bindings bindings_of(const Graph& g) {
+  cohort::backend::Bindings b;
+  for (const auto& p : g.params()) {
+    b.params.push_back(p.value);
+    b.grads.push_back(p.grad);
+  }
+  for (const auto& s : g.states()) b.states.push_back(s.value);
+  return b;
+}
+
+Graph small_net() {
+  Graph g({1, 6, 6});
+  ConvOptions c;
+  g.conv(g.input(), "conv", 4, c);
+  g.batch_norm(g.find("conv"), "bn");
+  g.flatten(g.find("bn"), "flat");
+  g.dense(g.find("flat"), "fc", 3);
+  g.softmax_xent(g.find("fc"), "loss");
+  g.materialize(3);
+  return g;
+}
+
+void expect_refused(const cohort::backend::NetSpec& spec, const cohort::backend::Bindings& b, const char* says) {
+  auto cpu = cohort::backend::make_backend(cohort::Device::cpu(), 1);
+  cohort::backend::PlanOptions o;
+  o.batch = 2;
+  try {
+    cpu->compile(spec, b, o);
+    FAIL() << "compiled with a bad binding (" << says << ")";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), cohort::Code::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+  }
+}
+
+TEST(Backend, CompileRefusesBindingsOfAnotherDeviceShapeTypeOrLayout) {
+  Graph g = small_net();
+  cohort::backend::PlanOptions o;
+  o.batch = 2;
+  auto cpu = cohort::backend::make_backend(cohort::Device::cpu(), 1);
+  EXPECT_NO_THROW(cpu->compile(g.spec(), bindings_of(g), o));
+
+  cohort::Memory memory;
+  auto b = bindings_of(g);
+  b.params[0] = cohort::clone_to(b.params[0], *memory.on({cohort::Device::Kind::kTest, 0}));
+  expect_refused(g.spec(), b, "binding params[0] is f32[4, 1, 3, 3] on test:0");
+
+  b = bindings_of(g);
+  b.grads[2] = cohort::Tensor::empty({5}, cohort::DType::kF32);
+  expect_refused(g.spec(), b, "binding grads[2] is f32[5] on cpu but the plan needs contiguous f32[4]");
+
+  b = bindings_of(g);
+  b.states[1] = cohort::Tensor::empty({4}, cohort::DType::kBF16);
+  expect_refused(g.spec(), b, "binding states[1] is bf16[4]");
+
+  b = bindings_of(g);  // the dense weight [3, 64] as a transposed (strided) view
+  const cohort::Tensor& w = b.params[4];
+  b.params[4] = cohort::Tensor::wrap(w.data(), w.shape(), cohort::DType::kF32, {}, {1, 3});
+  expect_refused(g.spec(), b, "(not contiguous)");
+
+  b = bindings_of(g);
+  b.states.pop_back();
+  expect_refused(g.spec(), b, "the plan needs 2 states bindings, got 1");
+}
+
+TEST(Backend, TheFactoryFollowsTheDevice) {
+  auto cpu = cohort::backend::make_backend(cohort::Device::cpu(), 2);
+  EXPECT_EQ(cpu->name(), "cpu");
+  EXPECT_EQ(cpu->device(), cohort::Device::cpu());
+  EXPECT_TRUE(cpu->stream().is_host());
+  EXPECT_EQ(cpu->stream().threads(), 2);
+  EXPECT_EQ(cohort::backend::make_backend({cohort::Device::Kind::kCudaHost, 0}, 1)->name(), "cpu");
+  try {
+    cohort::backend::make_backend({cohort::Device::Kind::kTest, 0}, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), cohort::Code::kUnsupported);
+  }
+}
+
+// A backend on the test device that compiles nothing: what the graph does with its
+// memory is what a GPU backend would get.
+class TestDeviceBackend final : public cohort::backend::Backend {
+ public:
+  std::string name() const override { return "test"; }
+  cohort::Device device() const override { return {cohort::Device::Kind::kTest, 0}; }
+  cohort::Stream stream() const override { return stream_; }
+  std::unique_ptr<cohort::backend::Plan> compile(const cohort::backend::NetSpec& spec,
+                                                 const cohort::backend::Bindings& b,
+                                                 const cohort::backend::PlanOptions&) override {
+    cohort::backend::check_bindings(spec, b, device());
+    throw Error(cohort::Code::kUnsupported, "the test device runs no network");
+  }
+
+ private:
+  cohort::OwnedStream stream_{cohort::Device{cohort::Device::Kind::kTest, 0}};
+};
+
+TEST(Graph, ParametersLiveOnTheBackendsDeviceAndFollowItWhenItChanges) {
+  Graph host = small_net();
+  Graph g({1, 6, 6});
+  ConvOptions c;
+  g.conv(g.input(), "conv", 4, c);
+  g.batch_norm(g.find("conv"), "bn");
+  g.flatten(g.find("bn"), "flat");
+  g.dense(g.find("flat"), "fc", 3);
+  g.softmax_xent(g.find("fc"), "loss");
+  cohort::Memory memory;
+  auto backend = std::make_shared<TestDeviceBackend>();
+  EXPECT_THROW(g.set_backend(backend), Error);  // a device backend needs an allocator
+  g.set_backend(backend, memory.on(backend->device()));
+  g.materialize(3);
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    const auto& p = g.params()[i];
+    ASSERT_EQ(p.value.device(), backend->device()) << p.name;
+    ASSERT_EQ(p.grad.device(), backend->device()) << p.name;
+    cohort::Tensor v = cohort::to_host(p.value), want = host.params()[i].value;
+    EXPECT_EQ(std::memcmp(v.data(), want.data(), v.nbytes()), 0) << p.name << ": drawn like the host's";
+    cohort::Tensor d = cohort::to_host(p.grad);
+    for (int64_t j = 0; j < d.numel(); ++j) ASSERT_EQ(d.data_as<float>()[j], 0.f) << p.name;
+  }
+  EXPECT_EQ(cohort::to_host(g.states()[1].value).data_as<float>()[0], 1.f);  // running variance
+  // The device's plan sees its bindings on the device.
+  std::vector<float> x(2 * 36, 0.5f);
+  std::vector<int32_t> y{0, 1};
+  try {
+    g.forward_train(cohort::test::batch_view(x, g, 2, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 2));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "the test device runs no network");
+  }
+  // Back to the CPU: the values come along and train there.
+  g.set_backend(cohort::backend::make_backend(cohort::Device::cpu(), 1));
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    EXPECT_TRUE(g.params()[i].value.device().is_host());
+    EXPECT_EQ(std::memcmp(g.params()[i].value.data(), host.params()[i].value.data(), g.params()[i].value.nbytes()), 0);
+  }
+  const float a =
+      g.forward_train(cohort::test::batch_view(x, g, 2, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 2));
+  const float b = host.forward_train(cohort::test::batch_view(x, host, 2, Layout::kNCHW), Layout::kNCHW,
+                                     cohort::test::labels_view(y, 2));
+  EXPECT_EQ(a, b);
 }
 
 }  // namespace

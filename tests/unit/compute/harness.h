@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "support/host_views.h"
 #include "reference.h"
 
 namespace testing_compute {
@@ -59,12 +60,12 @@ inline Result run(Graph& g, int64_t n, const ref::Vec& x, const std::vector<ref:
   const cohort::Shape& out_shape = g.shape(g.num_layers() - 1);
   auto& plan = g.plan(n, layout, true, true);
   std::vector<float> xin = to_f32(to_layout(x, in_shape, n, layout, true));
-  plan.forward(xin.data(), nullptr, 0);
+  plan.forward(cohort::test::batch_view(xin, g, n, layout), {}, 0, {});
   std::vector<float> y(dy.size()), dx(x.size());
-  plan.read(g.num_layers() - 1, y.data());
+  plan.read(g.num_layers() - 1, cohort::test::batch_view(y, g, n, layout, g.num_layers() - 1));
   std::vector<float> dyl = to_f32(to_layout(dy, out_shape, n, layout, true));
-  plan.backward(dyl.data(), [](int) {});
-  plan.read_input_grad(dx.data());
+  plan.backward(cohort::test::batch_view(dyl, g, n, layout, g.num_layers() - 1), [](int, const cohort::Event&) {}, {});
+  plan.read_input_grad(cohort::test::batch_view(dx, g, n, layout));
   Result r;
   r.y = to_layout(to_f64(y), out_shape, n, layout, false);
   r.dx = to_layout(to_f64(dx), in_shape, n, layout, false);

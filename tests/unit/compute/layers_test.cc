@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "support/host_views.h"
 
 namespace {
 
@@ -215,7 +216,8 @@ TEST(BatchNorm, InferenceUsesRunningStatistics) {
   float* rv = g.states()[1].value.data_as<float>();
   for (int i = 0; i < c; ++i) rm[i] = static_cast<float>(i), rv[i] = 4.f;
   std::vector<float> x(c * 4, 2.f), y(c * 4);
-  g.infer(x.data(), 1, Layout::kNCHW, y.data());
+  g.infer(cohort::test::batch_view(x, g, 1, Layout::kNCHW), Layout::kNCHW,
+          cohort::test::output_view(y, g, 1, Layout::kNCHW));
   for (int i = 0; i < c; ++i) EXPECT_NEAR(y[static_cast<size_t>(i) * 4], (2.f - static_cast<float>(i)) / 2.f, 1e-4);
 }
 
@@ -299,10 +301,10 @@ TEST(SoftmaxXent, LossAndGradientMatchReferenceWithLabelSmoothing) {
   EXPECT_LT(ref::rel_err(grad, ng), 1e-6);
   auto& plan = g.plan(n, Layout::kNCHW, true, true);
   std::vector<float> zf = to_f32(z), dz(z.size());
-  plan.forward(zf.data(), labels.data(), 0);
+  plan.forward(cohort::test::view(zf, {n, k}), cohort::Tensor::wrap(labels.data(), {n}, cohort::DType::kI32), 0, {});
   EXPECT_NEAR(plan.loss(), want, 1e-5);
-  plan.backward(nullptr, [](int) {});
-  plan.read_input_grad(dz.data());
+  plan.backward({}, [](int, const cohort::Event&) {}, {});
+  plan.read_input_grad(cohort::test::view(dz, {n, k}));
   EXPECT_LT(ref::rel_err(dz, grad), kTol);
 }
 
@@ -316,10 +318,10 @@ TEST(Dropout, IsDeterministicFromTheSeedAndScalesKeptValues) {
     g.materialize(1);
     std::vector<float> x(n * f, 1.f), y(n * f), dx(n * f), dy(n * f, 2.f);
     auto& plan = g.plan(n, Layout::kNCHW, true, true);
-    plan.forward(x.data(), nullptr, 7);
-    plan.read(1, y.data());
-    plan.backward(dy.data(), [](int) {});
-    plan.read_input_grad(dx.data());
+    plan.forward(cohort::test::view(x, {n, f}), {}, 7, {});
+    plan.read(1, cohort::test::view(y, {n, f}));
+    plan.backward(cohort::test::view(dy, {n, f}), [](int, const cohort::Event&) {}, {});
+    plan.read_input_grad(cohort::test::view(dx, {n, f}));
     for (size_t i = 0; i < y.size(); ++i) EXPECT_FLOAT_EQ(dx[i], 2.f * y[i]);
     return y;
   };
@@ -342,7 +344,8 @@ TEST(Dropout, IsIdentityInInference) {
   g.materialize(1);
   std::vector<float> x(20), y(20);
   for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
-  g.infer(x.data(), 2, Layout::kNCHW, y.data());
+  g.infer(cohort::test::batch_view(x, g, 2, Layout::kNCHW), Layout::kNCHW,
+          cohort::test::output_view(y, g, 2, Layout::kNCHW));
   EXPECT_EQ(x, y);
 }
 

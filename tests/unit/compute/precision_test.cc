@@ -16,6 +16,7 @@
 #include "kernels/cast.h"
 #include "kernels/dropout.h"
 #include "optim/optimizer.h"
+#include "support/host_views.h"
 
 namespace {
 
@@ -168,7 +169,8 @@ TEST(Bf16Training, LossFallsOnASeparableProblem) {
   for (auto& p : g.params()) pg.push_back({p.name, p.value, p.grad});
   float first = 0, last = 0;
   for (int s = 0; s < 30; ++s) {
-    last = g.forward_train(x.data(), 64, Layout::kNCHW, y.data());
+    last = g.forward_train(cohort::test::batch_view(x, g, 64, Layout::kNCHW), Layout::kNCHW,
+                           cohort::test::labels_view(y, 64));
     if (s == 0) first = last;
     g.backward();
     opt.step(pg, 0.1);
@@ -189,7 +191,7 @@ TEST(MasterWeights, UpdateIsExactInF32) {
   std::vector<float> x(8 * 16);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.3f * static_cast<float>(i));
   std::vector<int32_t> y{0, 1, 2, 3, 0, 1, 2, 3};
-  g.forward_train(x.data(), 8, Layout::kNCHW, y.data());
+  g.forward_train(cohort::test::batch_view(x, g, 8, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 8));
   g.backward();
   std::vector<cohort::ParamGrad> pg;
   std::vector<std::vector<float>> before, grads;
@@ -220,11 +222,11 @@ TEST(LossScale, MultipliesEveryGradient) {
   std::vector<float> x(4 * 6, 0.5f);
   x[3] = -1.f;
   std::vector<int32_t> y{0, 1, 2, 0};
-  g.forward_train(x.data(), 4, Layout::kNCHW, y.data());
+  g.forward_train(cohort::test::batch_view(x, g, 4, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 4));
   g.backward();
   std::vector<float> plain(g.params()[0].grad.data_as<float>(), g.params()[0].grad.data_as<float>() + 18);
   g.set_loss_scale(8.f);
-  g.forward_train(x.data(), 4, Layout::kNCHW, y.data());
+  g.forward_train(cohort::test::batch_view(x, g, 4, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 4));
   g.backward();
   const float* scaled = g.params()[0].grad.data_as<float>();
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_FLOAT_EQ(scaled[i], 8.f * plain[i]) << i;
@@ -303,7 +305,7 @@ TEST(ForcedNoBf16, CompilingABf16PlanNamesTheMissingInstructions) {
   std::vector<float> x(8, 1.f);
   std::vector<int32_t> y{0, 1};
   try {
-    g.forward_train(x.data(), 2, Layout::kNCHW, y.data());
+    g.forward_train(cohort::test::batch_view(x, g, 2, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 2));
     FAIL() << "a bf16 plan compiled without bf16 instructions";
   } catch (const cohort::Error& e) {
     EXPECT_EQ(e.code(), cohort::Code::kUnsupported);
@@ -319,11 +321,12 @@ TEST(Profile, ListsEveryLayerAndPrintsItsTotalBesideTheStepTime) {
   g.materialize(1);
   std::vector<float> x(16 * 144, 0.25f);
   std::vector<int32_t> y(16, 3);
-  g.forward_train(x.data(), 16, Layout::kNCHW, y.data());  // compiles, not profiled
+  g.forward_train(cohort::test::batch_view(x, g, 16, Layout::kNCHW), Layout::kNCHW,
+                  cohort::test::labels_view(y, 16));  // compiles, not profiled
   g.backward();
   g.set_profiling(true);
   for (int s = 0; s < 3; ++s) {
-    g.forward_train(x.data(), 16, Layout::kNCHW, y.data());
+    g.forward_train(cohort::test::batch_view(x, g, 16, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 16));
     g.backward();
     g.record_step(0.5, 0.125);
   }
@@ -344,7 +347,7 @@ TEST(Profile, ListsEveryLayerAndPrintsItsTotalBesideTheStepTime) {
   EXPECT_NE(text.find("measured step time"), std::string::npos) << text;
   EXPECT_NE(text.find("500.000"), std::string::npos) << text;  // beside it, the step time
   g.set_profiling(false);
-  g.forward_train(x.data(), 16, Layout::kNCHW, y.data());
+  g.forward_train(cohort::test::batch_view(x, g, 16, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 16));
   EXPECT_EQ(g.profile().steps, 0);
 }
 

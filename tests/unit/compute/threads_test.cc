@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "graph/graph.h"
 #include "models/zoo.h"
+#include "support/host_views.h"
 
 namespace {
 
@@ -33,7 +34,8 @@ TEST(CpuThreads, OneComputeThreadStartsNoOpenMpWorkers) {
   std::vector<float> x(static_cast<size_t>(batch) * 28 * 28, 0.5f);
   std::vector<int32_t> y(static_cast<size_t>(batch), 3);
   for (int step = 0; step < 2; ++step) {
-    g->forward_train(x.data(), batch, cohort::Layout::kNCHW, y.data());
+    g->forward_train(cohort::test::batch_view(x, *g, batch, cohort::Layout::kNCHW), cohort::Layout::kNCHW,
+                     cohort::test::labels_view(y, batch));
     g->backward();
   }
   EXPECT_EQ(thread_count(), before) << "a one-thread backend started OpenMP worker threads";

@@ -8,6 +8,7 @@
 
 #include "core/status.h"
 #include "models/zoo.h"
+#include "support/host_views.h"
 
 namespace {
 
@@ -91,9 +92,10 @@ TEST_P(ZooStep, GradientPredictsTheLossDecrease) {
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i) * 0.37f);
   std::vector<int32_t> y{0, 1, 2, 3};
   int grads = 0;
-  g->set_grad_ready([&](int, const cohort::Parameter&) { ++grads; });
+  g->set_grad_ready([&](int, const cohort::Parameter&, const cohort::Event&) { ++grads; });
   g->set_step(0);
-  const float l0 = g->forward_train(x.data(), n, Layout::kNCHW, y.data());
+  const float l0 = g->forward_train(cohort::test::batch_view(x, *g, n, Layout::kNCHW), Layout::kNCHW,
+                                    cohort::test::labels_view(y, n));
   ASSERT_TRUE(std::isfinite(l0));
   g->backward();
   EXPECT_EQ(grads, static_cast<int>(g->params().size()));
@@ -109,12 +111,14 @@ TEST_P(ZooStep, GradientPredictsTheLossDecrease) {
     for (int64_t i = 0; i < p.value.numel(); ++i) w[i] -= static_cast<float>(lr) * d[i];
   }
   g->set_step(0);
-  const float l1 = g->forward_train(x.data(), n, Layout::kNCHW, y.data());
+  const float l1 = g->forward_train(cohort::test::batch_view(x, *g, n, Layout::kNCHW), Layout::kNCHW,
+                                    cohort::test::labels_view(y, n));
   const double ratio = (l0 - l1) / (lr * norm2);
   EXPECT_GT(ratio, 0.8) << GetParam().name << " l0=" << l0 << " l1=" << l1;
   EXPECT_LT(ratio, 1.2) << GetParam().name << " l0=" << l0 << " l1=" << l1;
   std::vector<float> logits(static_cast<size_t>(n) * 5);
-  g->infer(x.data(), n, Layout::kNCHW, logits.data());
+  g->infer(cohort::test::batch_view(x, *g, n, Layout::kNCHW), Layout::kNCHW,
+           cohort::test::output_view(logits, *g, n, Layout::kNCHW));
   for (float v : logits) EXPECT_TRUE(std::isfinite(v));
 }
 
@@ -144,7 +148,8 @@ TEST(Zoo, NhwcInputTrainsLikeNchw) {
           input[static_cast<size_t>(layout == Layout::kNHWC ? (b * hw + p) * c + ch : (b * c + ch) * hw + p)] =
               nchw[static_cast<size_t>((b * c + ch) * hw + p)];
     std::vector<int32_t> y{0, 1, 2, 3};
-    const float loss = g->forward_train(input.data(), n, layout, y.data());
+    const float loss =
+        g->forward_train(cohort::test::batch_view(input, *g, n, layout), layout, cohort::test::labels_view(y, n));
     g->backward();
     std::vector<float> grads;
     for (const auto& p : g->params())

@@ -19,11 +19,11 @@ class GpuTest : public ::testing::Test {
   CudaProbe probe_;
 };
 
-TEST_F(GpuTest, AutoKeepsTheLocalRanksGpuForCollectivesAndComputesOnTheCpu) {
+TEST_F(GpuTest, AutoComputesAndReducesOnTheLocalRanksGpu) {
   Config config;
   Runtime rt(config);
   EXPECT_EQ(rt.collective_gpu(), rt.layout().local_rank % probe_.device_count);
-  EXPECT_EQ(rt.device().kind, Device::Kind::kCpu);  // the CUDA backend cannot train yet
+  EXPECT_EQ(rt.device(), Device::cuda(rt.collective_gpu()));
   EXPECT_EQ(rt.cuda_device_count(), probe_.device_count);
 }
 

@@ -1,7 +1,7 @@
-// The runtime's device choice, with GPUs faked in the device probe: models compute on
-// the CPU until the CUDA backend can train, a visible GPU serves collectives of CUDA
-// tensors only, device=cuda is refused saying why, and such a GPU does not turn off
-// holding reductions during compute.
+// The runtime's device choice, with GPUs faked in the device probe: in a build with
+// CUDA models compute on the local rank's GPU, which also serves collectives of CUDA
+// tensors; a build without it computes on the CPU and refuses device=cuda saying why;
+// holding reductions during compute follows where compute runs.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -34,29 +34,35 @@ TEST_F(DeviceChoice, TheFakeProbeReportsItsDevices) {
   EXPECT_EQ(probe_cuda().why, "no CUDA device is visible");
 }
 
-TEST_F(DeviceChoice, AutoComputesOnTheCpuAndKeepsTheGpuForCollectives) {
-  ASSERT_FALSE(backend::cuda_backend_trains()) << "the CUDA backend trains now: revisit this test";
+TEST_F(DeviceChoice, AutoComputesOnTheLocalRanksGpuWhereTheBuildCan) {
   Runtime rt(Config{});
-  EXPECT_EQ(rt.device().kind, Device::Kind::kCpu);
   EXPECT_EQ(rt.cuda_device_count(), 2);
   EXPECT_EQ(rt.collective_gpu(), rt.layout().local_rank % 2);
   std::string s = rt.device_summary();
-  EXPECT_EQ(s.rfind("compute on cpu (the CUDA backend cannot train yet", 0), 0u) << s;
-  EXPECT_NE(s.find("; 2 CUDA devices seen, cuda:0 serves collectives of CUDA tensors"), std::string::npos) << s;
+  if (backend::cuda_backend_trains()) {
+    EXPECT_EQ(rt.device(), Device::cuda(rt.collective_gpu()));
+    EXPECT_EQ(s, "compute on cuda:0; 2 CUDA devices seen, cuda:0 serves collectives of CUDA tensors") << s;
+  } else {
+    EXPECT_EQ(rt.device().kind, Device::Kind::kCpu);
+    EXPECT_EQ(s.rfind("compute on cpu (this build of cohort has no CUDA backend", 0), 0u) << s;
+  }
 }
 
-TEST_F(DeviceChoice, CudaIsRefusedSayingTheBackendCannotTrainAndWhatWorks) {
-  try {
+TEST_F(DeviceChoice, CudaNeedsAGpuAndABuildThatComputesThere) {
+  if (backend::cuda_backend_trains()) {
     Runtime rt(with("device", "cuda"));
-    FAIL() << "device=cuda created a runtime that would compute on the CPU";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), Code::kUnsupported);
-    std::string m = e.what();
-    EXPECT_NE(m.find("device=cuda was requested but the CUDA backend cannot train yet"), std::string::npos) << m;
-    EXPECT_NE(m.find("use --device=auto (models compute on the CPU and collectives of CUDA tensors run over NCCL on "
-                     "cuda:0) or --device=cpu"),
-              std::string::npos)
-        << m;
+    EXPECT_EQ(rt.device(), Device::cuda(0));
+  } else {
+    try {
+      Runtime rt(with("device", "cuda"));
+      FAIL() << "device=cuda created a runtime that would compute on the CPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kUnsupported);
+      std::string m = e.what();
+      EXPECT_NE(m.find("device=cuda was requested but this build of cohort has no CUDA backend"), std::string::npos)
+          << m;
+      EXPECT_NE(m.find("use --device=cpu, or a cohort built with the CUDA toolkit"), std::string::npos) << m;
+    }
   }
   fake_cuda_devices_for_testing(0);
   try {
@@ -98,9 +104,12 @@ bool held_during_compute(Runtime& rt) {
   return held;
 }
 
-TEST_F(DeviceChoice, AGpuThatComputeDoesNotUseLeavesHoldOn) {
+TEST_F(DeviceChoice, AutoHoldsReductionsWhileACpuComputesOnly) {
   Runtime autodetect(Config{});
-  EXPECT_TRUE(held_during_compute(autodetect)) << "comm_during_compute=auto ran a reduction during CPU compute";
+  EXPECT_EQ(held_during_compute(autodetect), autodetect.device().is_host())
+      << "comm_during_compute=auto on " << autodetect.device().to_string();
+  Runtime cpu(with("device", "cpu"));
+  EXPECT_TRUE(held_during_compute(cpu)) << "comm_during_compute=auto ran a reduction during CPU compute";
   Runtime hold(with("comm_during_compute", "hold"));
   EXPECT_TRUE(held_during_compute(hold));
   Runtime run(with("comm_during_compute", "run"));

@@ -2,13 +2,18 @@
 // Adam and AdamW; You et al.'s LARS), and the state round trip.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "core/config.h"
 #include "core/status.h"
 #include "kernels/optim_update.h"
+#include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "tensor/device_api.h"
+#include "tensor/memory.h"
 
 namespace cohort {
 namespace {
@@ -224,6 +229,68 @@ TEST(Optimizer, OptionsComeFromTheRegistry) {
   EXPECT_DOUBLE_EQ(o.lars_eta, 0.002);
   EXPECT_DOUBLE_EQ(o.momentum, 0.9);
   EXPECT_DOUBLE_EQ(o.epsilon, 1e-8);
+}
+
+// The optimizer follows its parameters' device: on the test device (host memory behind
+// the device interface) its state lives there, its updates go through the device path,
+// and the values agree with the host's to the bit.
+TEST(Optimizer, UpdatesOnADeviceMatchTheHostAndKeepTheirStateThere) {
+  const Device test{Device::Kind::kTest, 0};
+  Memory memory;
+  auto cache = memory.on(test);
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kNesterov,
+                             OptimizerKind::kAdam, OptimizerKind::kAdamW, OptimizerKind::kLars}) {
+    Optimizer host_opt(opts(kind)), dev_opt(opts(kind));
+    Tensor w = make({1.0f, -2.0f, 0.5f, 3.0f}, {2, 2});
+    Tensor g = make({0.5f, 0.25f, -1.0f, 2.0f}, {2, 2});
+    Tensor dw = clone_to(w, *cache), dg = clone_to(g, *cache);
+    OwnedStream stream(test);
+    for (int step = 0; step < 3; ++step) {
+      ParamGrad hp{"w", w, g}, dp{"w", dw, dg};
+      host_opt.step({&hp, 1}, 0.1);
+      dev_opt.step({&dp, 1}, 0.1, stream);
+    }
+    EXPECT_EQ(values(to_host(dw, stream)), values(w)) << optimizer_kind_name(kind);
+    for (const NamedTensor& e : dev_opt.export_state()) {
+      if (e.name != "step") {
+        EXPECT_EQ(e.tensor.device(), test) << e.name;
+      }
+    }
+  }
+}
+
+TEST(Optimizer, RefusesParametersAndStreamsOnDifferentDevices) {
+  const Device test{Device::Kind::kTest, 0};
+  Memory memory;
+  Tensor w = make({1.0f}), g = make({1.0f});
+  Tensor dg = clone_to(g, *memory.on(test));
+  Optimizer opt(opts(OptimizerKind::kMomentum));
+  ParamGrad mixed{"w", w, dg};
+  try {
+    opt.step({&mixed, 1}, 0.1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("both must be on one device"), std::string::npos) << e.what();
+  }
+  ParamGrad host{"w", w, g};
+  OwnedStream stream(test);
+  EXPECT_THROW(opt.step({&host, 1}, 0.1, stream), Error);
+}
+
+TEST(LossScaler, CountsNonFiniteGradientsOnADevice) {
+  const Device test{Device::Kind::kTest, 0};
+  Memory memory;
+  auto cache = memory.on(test);
+  OwnedStream stream(test);
+  LossScaler scaler;
+  Tensor w = make({0, 0});
+  Tensor good = clone_to(make({65536.0f, -131072.0f}), *cache);
+  ParamGrad p{"w", clone_to(w, *cache), good};
+  EXPECT_TRUE(scaler.unscale({&p, 1}, stream));
+  EXPECT_EQ(values(to_host(good)), (std::vector<float>{1.0f, -2.0f}));
+  Tensor bad = clone_to(make({1.0f, INFINITY}), *cache);
+  ParamGrad q{"w", p.param, bad};
+  EXPECT_FALSE(scaler.unscale({&q, 1}, stream));
 }
 
 }  // namespace

@@ -37,12 +37,14 @@ class ThreadCollectives : public Collectives {
   int size() const override { return g_.size; }
   int64_t allreduces = 0;
 
-  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale) override {
+  void allreduce_async(const std::string& name, Tensor t, double prescale, double postscale,
+                       const Event& ready = {}) override {
+    ready.synchronize();
     pending_.push_back({name, t, prescale, postscale});
     ++allreduces;
   }
 
-  void wait_all() override {
+  void wait_all(const Stream& = {}) override {
     g_.posted[static_cast<size_t>(rank_)] = pending_;
     g_.barrier.arrive_and_wait();
     std::vector<std::vector<double>> results;

@@ -160,14 +160,14 @@ TEST(Model, IoShapeAndInputChecks) {
     EXPECT_NE(std::string(e.what()).find("images have shape [2, 3, 28, 28] but the model takes [2, 1, 28, 28]"),
               std::string::npos);
   }
-  EXPECT_THROW(Model::check_labels(Tensor::empty({2}, DType::kI64), 2), Error);
+  EXPECT_THROW(m->check_labels(Tensor::empty({2}, DType::kI64), 2), Error);
 }
 
 TEST(Model, GradientHookFiresPerParameterAndIsClearedByItsToken) {
   auto m = tiny(config());
   Batch b;
   std::vector<size_t> ready;
-  const uint64_t token = m->set_grad_ready([&](size_t i) { ready.push_back(i); });
+  const uint64_t token = m->set_grad_ready([&](size_t i, const Event&) { ready.push_back(i); });
   const float loss = m->forward_backward(b.images, b.labels);
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_EQ(ready.size(), m->graph().params().size());
@@ -220,7 +220,7 @@ TEST(Trainer, RemovesItsHookButNotAnotherOne) {
   { Trainer t(m, config()); }
   Batch b;
   m->forward_backward(b.images, b.labels);  // no hook left: nothing to call
-  m->set_grad_ready([&](size_t) { ++calls; });
+  m->set_grad_ready([&](size_t, const Event&) { ++calls; });
   m->forward_backward(b.images, b.labels);
   EXPECT_EQ(calls, static_cast<int>(m->graph().params().size()));
 }

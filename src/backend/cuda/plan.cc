@@ -1,0 +1,321 @@
+#include "backend/cuda/plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/for_each.h"
+#include "kernels/layer_ops.h"
+#include "tensor/device_api.h"
+
+namespace cohort::backend::cuda {
+
+CudaLayer::CudaLayer(CudaPlan& plan, const LayerSpec& spec, int index) : plan_(plan), spec_(spec), index_(index) {}
+
+DVal& CudaLayer::in(int i) { return plan_.vals_[static_cast<size_t>(spec_.inputs.at(static_cast<size_t>(i)))]; }
+DVal& CudaLayer::out() { return plan_.vals_[static_cast<size_t>(index_)]; }
+bool CudaLayer::training() const { return plan_.opt_.training; }
+Context& CudaLayer::ctx() { return plan_.ctx_; }
+cudaStream_t CudaLayer::stream() const { return plan_.stream(); }
+const Stream& CudaLayer::cstream() const { return plan_.stream_; }
+
+namespace {
+
+// The batch shape a value is read and written in, in the plan's layout.
+Shape user_shape(int64_t batch, const Shape& sample, Layout layout) {
+  Shape s{batch};
+  if (sample.size() == 3 && layout == Layout::kNHWC)
+    s.insert(s.end(), {sample[1], sample[2], sample[0]});
+  else
+    s.insert(s.end(), sample.begin(), sample.end());
+  return s;
+}
+
+void check_input(const Tensor& t, Device device, const Shape& want, DType dtype, const char* what) {
+  if (!(t.device() == device) || t.dtype() != dtype || !t.is_contiguous() || t.shape() != want)
+    fail(Code::kInvalidArgument, what, " is ", t.describe(), " but the CUDA plan needs a contiguous ",
+         dtype_name(dtype), shape_string(want), " on ", device.to_string());
+}
+
+}  // namespace
+
+CudaPlan::CudaPlan(Context& ctx, const NetSpec& spec, Bindings bind, const PlanOptions& opt)
+    : ctx_(ctx), spec_(spec), bind_(std::move(bind)), opt_(opt) {
+  require(opt_.precision == Precision::kF32,
+          "the CUDA backend trains in f32 (precision=", precision_name(opt_.precision), " is not available on it yet)");
+  check(cudaSetDevice(ctx_.device), "cudaSetDevice");
+  stream_ = Stream(Device::cuda(ctx_.device), nullptr);
+  build();
+}
+
+CudaPlan::~CudaPlan() {
+  for (Timed& t : timed_) {
+    cudaEventDestroy(t.start);
+    cudaEventDestroy(t.stop);
+  }
+}
+
+Tensor CudaPlan::alloc(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype, *ctx_.memory, stream_); }
+
+bool CudaPlan::grad_write(Steps& steps, DVal& v) {
+  if (v.writers++ > 0) return true;
+  DVal* p = &v;
+  steps.push_back({[this, p] {
+    if (!p->grad.defined() || p->grad.numel() == 0 || p->grad.data() == nullptr)
+      p->grad = alloc(Shape(p->desc.dims.begin(), p->desc.dims.end()));
+  }});
+  return false;
+}
+
+void CudaPlan::grad_read(Steps& steps, DVal& v) {
+  if (v.writers > 0 || &v == &vals_.back()) return;
+  // Nothing downstream sends this value a gradient (an output nothing consumes): zero.
+  DVal* p = &v;
+  steps.push_back({[this, p] {
+    p->grad = alloc(Shape(p->desc.dims.begin(), p->desc.dims.end()));
+    zero(p->grad, stream_);
+  }});
+}
+
+void CudaPlan::grad_done(Steps& steps, DVal& v) {
+  DVal* p = &v;
+  if (p == &vals_[0]) return;  // the input's gradient stays for read_input_grad()
+  steps.push_back({[p] { p->grad = Tensor(); }});
+}
+
+void CudaPlan::ready(Steps& steps, const std::vector<int>& params) {
+  steps.push_back({[this, params] {
+    if (!ready_ || !*ready_) return;
+    const Event e = record_event(stream_);
+    for (int p : params) (*ready_)(p, e);
+  }});
+}
+
+void CudaPlan::use(const Stream& stream) {
+  require(stream.device() == Device::cuda(ctx_.device), "the CUDA plan runs on cuda:", ctx_.device,
+          ", not on a stream of ", stream.device().to_string());
+  check(cudaSetDevice(ctx_.device), "cudaSetDevice");
+  stream_ = stream;
+  check(cudnnSetStream(ctx_.cudnn, this->stream()), "cudnnSetStream");
+  check(cublasSetStream(ctx_.cublas, this->stream()), "cublasSetStream");
+}
+
+void CudaPlan::forward(const Tensor& input, const Tensor& labels, uint64_t step, const Stream& stream) {
+  use(stream);
+  const Device dev = Device::cuda(ctx_.device);
+  check_input(input, dev, user_shape(opt_.batch, spec_.layers[0].shape, opt_.layout), DType::kF32, "the input");
+  if (labels.defined() && labels.numel() > 0) {
+    check_input(labels, dev, {opt_.batch}, DType::kI32, "the labels");
+    labels_ = labels;
+  } else {
+    labels_ = Tensor();
+  }
+  DVal& in = vals_[0];
+  if (opt_.layout == Layout::kNHWC && spec_.layers[0].shape.size() == 3) {
+    const kernels::ToNchw f{in.desc.dims[1], static_cast<int64_t>(in.desc.dims[2]) * in.desc.dims[3], false};
+    kernels::for_each(stream_, in.numel(), f, staged_input_.data_as<float>(),
+                      static_cast<const float*>(input.data_as<float>()));
+    in.out = staged_input_;
+  } else {
+    in.out = input;
+  }
+  step_ = step;
+  run(fwd_, false);
+}
+
+float CudaPlan::loss() {
+  require(spec_.has_loss(), "the net has no loss layer");
+  double sum = 0;
+  int32_t bad = 0;
+  check(cudaMemcpyAsync(&sum, loss_sum_.data(), sizeof sum, cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync");
+  check(cudaMemcpyAsync(&bad, bad_label_.data(), sizeof bad, cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync");
+  check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+  if (bad) {
+    const DVal& logits = vals_[static_cast<size_t>(spec_.layers.back().inputs.at(0))];
+    check(cudaMemsetAsync(bad_label_.data(), 0, sizeof(int32_t), stream()), "cudaMemsetAsync");
+    fail(Code::kInvalidArgument, "a label of the batch is outside [0, ", logits.desc.dims[1], ")");
+  }
+  return static_cast<float>(sum / static_cast<double>(opt_.batch));
+}
+
+void CudaPlan::backward(const Tensor& output_grad, const GradReady& ready, const Stream& stream) {
+  require(opt_.training, "backward needs a plan compiled for training");
+  use(stream);
+  if (!spec_.has_loss()) {
+    DVal& last = vals_.back();
+    require(output_grad.defined() && output_grad.numel() > 0,
+            "backward of a net without a loss needs the output gradient");
+    const Device dev = Device::cuda(ctx_.device);
+    check_input(output_grad, dev, user_shape(opt_.batch, last.sample, opt_.layout), DType::kF32, "the output gradient");
+    last.grad = alloc(Shape(last.desc.dims.begin(), last.desc.dims.end()));
+    if (opt_.layout == Layout::kNHWC && last.sample.size() == 3) {
+      const kernels::ToNchw f{last.desc.dims[1], static_cast<int64_t>(last.desc.dims[2]) * last.desc.dims[3], false};
+      kernels::for_each(stream_, last.numel(), f, last.dx(), static_cast<const float*>(output_grad.data_as<float>()));
+    } else {
+      copy(last.grad, output_grad, stream_);
+    }
+  }
+  ready_ = &ready;
+  run(bwd_, true);
+  ready_ = nullptr;
+}
+
+void CudaPlan::copy_out(const DVal& v, const Tensor& dst, const Tensor& data, const char* what) {
+  const Shape want = user_shape(opt_.batch, v.sample, opt_.layout);
+  if (dst.dtype() != DType::kF32 || !dst.is_contiguous() || dst.numel() != shape_numel(want))
+    fail(Code::kInvalidArgument, what, ": the destination is ", dst.describe(), " but the value is f32",
+         shape_string(want));
+  require(data.defined() && data.data() != nullptr, what, ": the value was not computed (run forward first)");
+  Tensor src = data;
+  if (opt_.layout == Layout::kNHWC && v.sample.size() == 3) {
+    src = alloc(want);
+    const kernels::ToNhwc f{v.desc.dims[1], static_cast<int64_t>(v.desc.dims[2]) * v.desc.dims[3]};
+    kernels::for_each(stream_, v.numel(), f, src.data_as<float>(), static_cast<const float*>(data.data_as<float>()));
+  }
+  copy(dst, src, stream_);
+  synchronize(stream_);
+}
+
+void CudaPlan::read(int index, const Tensor& dst) {
+  require(index >= 0 && index < static_cast<int>(vals_.size()), "read: no layer with index ", index);
+  const DVal& v = vals_[static_cast<size_t>(index)];
+  require(!v.sample.empty(), "read: the loss layer has no tensor output");
+  copy_out(v, dst, v.out, "read");
+}
+
+void CudaPlan::read_input_grad(const Tensor& dst) {
+  require(opt_.input_grad && vals_[0].needs_grad, "the plan was compiled without input_grad");
+  copy_out(vals_[0], dst, vals_[0].grad, "read_input_grad");
+}
+
+void CudaPlan::set_loss_scale(float scale) {
+  require(std::isfinite(scale) && scale > 0, "the loss scale must be finite and > 0, got ", scale);
+  loss_scale_ = scale;
+}
+
+void CudaPlan::set_profiling(bool on) {
+  collect_profile();
+  profiling_ = on;
+  profile_ = {};
+  profile_.layers.resize(spec_.layers.size());
+}
+
+const PlanProfile& CudaPlan::profile() const {
+  collect_profile();
+  return profile_;
+}
+
+void CudaPlan::collect_profile() const {
+  for (Timed& t : timed_) {
+    float ms = 0;
+    if (cudaEventSynchronize(t.stop) == cudaSuccess && cudaEventElapsedTime(&ms, t.start, t.stop) == cudaSuccess) {
+      LayerTime& lt = profile_.layers[static_cast<size_t>(t.layer)];
+      (t.reorder ? lt.reorder : t.backward ? lt.backward : lt.forward) += ms / 1e3;
+    }
+    cudaEventDestroy(t.start);
+    cudaEventDestroy(t.stop);
+  }
+  timed_.clear();
+}
+
+void CudaPlan::run(const Steps& steps, bool backward) {
+  if (!profiling_) {
+    for (const Step& s : steps) s.run();
+    return;
+  }
+  // Each step between two events on the stream; read when the profile is asked for.
+  for (const Step& s : steps) {
+    Timed t{nullptr, nullptr, s.layer, s.reorder, backward};
+    check(cudaEventCreate(&t.start), "cudaEventCreate");
+    check(cudaEventCreate(&t.stop), "cudaEventCreate");
+    check(cudaEventRecord(t.start, stream()), "cudaEventRecord");
+    s.run();
+    check(cudaEventRecord(t.stop, stream()), "cudaEventRecord");
+    timed_.push_back(t);
+  }
+  (backward ? profile_.backwards : profile_.forwards)++;
+}
+
+std::unique_ptr<CudaLayer> CudaPlan::make_layer(size_t i) {
+  const LayerSpec& l = spec_.layers[i];
+  const int idx = static_cast<int>(i);
+  switch (l.kind) {
+    case LayerKind::kInput:
+      return make_input_layer(*this, l, idx);
+    case LayerKind::kConv:
+      return make_conv_layer(*this, l, idx);
+    case LayerKind::kDense:
+      return make_dense_layer(*this, l, idx);
+    case LayerKind::kBatchNorm:
+      return make_batch_norm_layer(*this, l, idx);
+    case LayerKind::kMaxPool:
+    case LayerKind::kAvgPool:
+    case LayerKind::kGlobalAvgPool:
+      return make_pool_layer(*this, l, idx);
+    case LayerKind::kLrn:
+      return make_lrn_layer(*this, l, idx);
+    case LayerKind::kActivation:
+      return make_activation_layer(*this, l, idx);
+    case LayerKind::kDropout:
+      return make_dropout_layer(*this, l, idx);
+    case LayerKind::kConcat:
+      return make_concat_layer(*this, l, idx);
+    case LayerKind::kAdd:
+      return make_add_layer(*this, l, idx);
+    case LayerKind::kFlatten:
+      return make_flatten_layer(*this, l, idx);
+    case LayerKind::kShortcutA:
+      return make_shortcut_a_layer(*this, l, idx);
+    case LayerKind::kSoftmaxXent:
+      return make_softmax_xent_layer(*this, l, idx);
+  }
+  fail(Code::kInternal, "layer '", l.name, "': unknown kind ", static_cast<int>(l.kind));
+}
+
+void CudaPlan::build() {
+  const size_t n = spec_.layers.size();
+  require(n >= 2 && spec_.layers[0].kind == LayerKind::kInput, "a network needs an input and at least one layer");
+  vals_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const LayerSpec& l = spec_.layers[i];
+    DVal& v = vals_[i];
+    v.sample = l.kind == LayerKind::kSoftmaxXent ? Shape{} : l.shape;
+    if (!v.sample.empty()) {
+      v.desc = describe4(opt_.batch, v.sample, Layout::kNCHW);
+      v.td = tensor_desc(v.desc);
+    }
+    bool needs = (i == 0 && opt_.input_grad) || !l.params.empty();
+    for (int src : l.inputs) needs = needs || vals_[static_cast<size_t>(src)].needs_grad;
+    v.needs_grad = needs && opt_.training;
+  }
+  if (opt_.layout == Layout::kNHWC && spec_.layers[0].shape.size() == 3)
+    staged_input_ = alloc(Shape(vals_[0].desc.dims.begin(), vals_[0].desc.dims.end()));
+  loss_sum_ = alloc({1}, DType::kF64);
+  bad_label_ = alloc({1}, DType::kI32);
+  ones_ = alloc({opt_.batch});
+  kernels::for_each(stream_, opt_.batch, kernels::Fill{1.f}, ones_.data_as<float>());
+  check(cudaMemsetAsync(bad_label_.data(), 0, sizeof(int32_t), stream()), "cudaMemsetAsync");
+  for (size_t i = 0; i < n; ++i) {
+    std::unique_ptr<CudaLayer> layer = make_layer(i);
+    layer->build_forward();
+    for (Step& s : layer->fwd) {
+      s.layer = static_cast<int>(i);
+      fwd_.push_back(std::move(s));
+    }
+    layers_.push_back(std::move(layer));
+  }
+  if (opt_.training) {
+    for (size_t i = n; i-- > 1;) {
+      if (!vals_[i].needs_grad) continue;
+      layers_[i]->build_backward();
+      for (Step& s : layers_[i]->bwd) {
+        s.layer = static_cast<int>(i);
+        bwd_.push_back(std::move(s));
+      }
+    }
+  }
+  if (workspace_need_ > 0) workspace_ = alloc({static_cast<int64_t>(workspace_need_)}, DType::kU8);
+  synchronize(stream_);
+}
+
+}  // namespace cohort::backend::cuda

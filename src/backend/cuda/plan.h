@@ -1,0 +1,175 @@
+// The CUDA backend's plan (CUDA builds only): every descriptor, algorithm choice and
+// forward buffer is made in compile(); a step enqueues its list of steps on the
+// caller's stream. Convolutions, batch norm, pooling, LRN and the cuDNN activations
+// run on cuDNN (the legacy calls, algorithms found once per shape by cudnnFind and
+// cached in the backend), dense layers on cuBLAS, everything element-wise on the
+// kernels/ functors the CPU backend's tests cover (kernels::for_each).
+//
+// Values between layers are f32 in NCHW on the device (a batch in NHWC is turned into
+// NCHW by the plan's first step, and read() turns values back). A value's gradient
+// lives only during a backward pass: its first writer takes memory from the caching
+// allocator, later writers add to it (cuDNN's beta = 1, the functors' accumulate), and
+// it goes back to the cache once its producer has read it (one stream: stream-ordered
+// reuse is safe).
+#pragma once
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/algo_cache.h"
+#include "backend/cuda/cudnn_util.h"
+#include "backend/math_policy.h"
+#include "tensor/allocator.h"
+
+namespace cohort::backend::cuda {
+
+// What every plan of one backend shares: the device, its handles, the algorithm cache,
+// the memory its buffers come from, and the math policy.
+struct Context {
+  int device = 0;
+  cudnnHandle_t cudnn = nullptr;
+  cublasHandle_t cublas = nullptr;
+  std::shared_ptr<Allocator> memory;
+  AlgoCache algos;
+  bool tf32 = false;
+  Tf32 policy = Tf32::kAuto;
+  size_t workspace_limit = size_t{1} << 30;  // the largest workspace an algorithm may ask
+};
+
+struct Step {
+  std::function<void()> run;
+  int layer = 0;
+  bool reorder = false;  // layout conversions, booked as the profile's reorders
+};
+using Steps = std::vector<Step>;
+
+// A value of the net: its batch shape, its cuDNN description, its forward data and,
+// during a backward pass, its gradient.
+struct DVal {
+  Shape sample;  // per-sample shape ({C, H, W} or {F}; {} for the loss)
+  Desc4 desc;
+  TensorDesc td;
+  Tensor out;
+  Tensor grad;
+  bool needs_grad = false;
+  int writers = 0;  // backward steps built so far that write its gradient
+  int64_t numel() const { return static_cast<int64_t>(desc.dims[0]) * desc.dims[1] * desc.dims[2] * desc.dims[3]; }
+  float* x() const { return out.data_as<float>(); }
+  float* dx() const { return grad.data_as<float>(); }
+};
+
+class CudaPlan;
+
+class CudaLayer {
+ public:
+  CudaLayer(CudaPlan& plan, const LayerSpec& spec, int index);
+  virtual ~CudaLayer() = default;
+  virtual void build_forward() = 0;
+  virtual void build_backward() {}
+  Steps fwd, bwd;
+
+ protected:
+  DVal& in(int i = 0);
+  DVal& out();
+  bool training() const;
+  Context& ctx();
+  cudaStream_t stream() const;
+  const Stream& cstream() const;
+  CudaPlan& plan_;
+  const LayerSpec& spec_;
+  int index_;
+};
+
+class CudaPlan final : public Plan {
+ public:
+  CudaPlan(Context& ctx, const NetSpec& spec, Bindings bind, const PlanOptions& opt);
+  ~CudaPlan() override;
+
+  void forward(const Tensor& input, const Tensor& labels, uint64_t step, const Stream& stream) override;
+  float loss() override;
+  void backward(const Tensor& output_grad, const GradReady& ready, const Stream& stream) override;
+  void read(int index, const Tensor& dst) override;
+  void read_input_grad(const Tensor& dst) override;
+  const PlanOptions& options() const override { return opt_; }
+  void set_loss_scale(float scale) override;
+  void set_profiling(bool on) override;
+  const PlanProfile& profile() const override;
+
+  // ---- used by the layers ----
+  Context& ctx_;
+  const NetSpec& spec_;
+  Bindings bind_;
+  PlanOptions opt_;
+  std::vector<DVal> vals_;
+  Stream stream_;  // the stream of the running pass
+  Tensor labels_;  // i32 [N] on the device (forward with labels)
+  uint64_t step_ = 0;
+  float loss_scale_ = 1.f;
+  Tensor loss_sum_;   // f64 [1]: the forward's summed row losses
+  Tensor bad_label_;  // i32 [1]: set by the loss kernel for a label outside [0, K)
+  const GradReady* ready_ = nullptr;
+  Tensor workspace_;  // the largest workspace a convolution chose
+  Tensor ones_;       // f32 [N] of ones (dense bias gradients)
+
+  cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_.native()); }
+  float* param(int i) const { return bind_.params.at(static_cast<size_t>(i)).data_as<float>(); }
+  float* grad(int i) const { return bind_.grads.at(static_cast<size_t>(i)).data_as<float>(); }
+  float* state(int i) const { return bind_.states.at(static_cast<size_t>(i)).data_as<float>(); }
+  // Device memory for the life of the plan.
+  Tensor alloc(const Shape& shape, DType dtype = DType::kF32);
+  // Asks for at least `bytes` of convolution workspace (allocated once built).
+  void need_workspace(size_t bytes) { workspace_need_ = std::max(workspace_need_, bytes); }
+  void* workspace() const { return workspace_.data(); }
+  size_t workspace_bytes() const { return workspace_.nbytes(); }
+  // Before a step that writes v's gradient: whether it adds to what is there (an
+  // earlier writer) or writes it fresh (the first, which also takes its memory).
+  bool grad_write(Steps& steps, DVal& v);
+  // Before the producer of v reads v's gradient (its backward): a value nothing wrote
+  // a gradient into gets a zero one.
+  void grad_read(Steps& steps, DVal& v);
+  // After the producer of v has read v's gradient: the memory goes back.
+  void grad_done(Steps& steps, DVal& v);
+  // Reports gradients `params` final after the work enqueued so far.
+  void ready(Steps& steps, const std::vector<int>& params);
+
+ private:
+  void build();
+  std::unique_ptr<CudaLayer> make_layer(size_t i);
+  void run(const Steps& steps, bool backward);
+  void use(const Stream& stream);
+  void copy_out(const DVal& v, const Tensor& dst, const Tensor& data, const char* what);
+
+  std::vector<std::unique_ptr<CudaLayer>> layers_;
+  Steps fwd_, bwd_;
+  size_t workspace_need_ = 0;
+  Tensor staged_input_;  // the NCHW copy of an NHWC batch
+  bool profiling_ = false;
+  mutable PlanProfile profile_;
+  struct Timed {
+    cudaEvent_t start, stop;
+    int layer;
+    bool reorder, backward;
+  };
+  mutable std::vector<Timed> timed_;  // profiled steps not yet read
+  void collect_profile() const;
+};
+
+// The layer families (one file each).
+std::unique_ptr<CudaLayer> make_input_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_conv_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_dense_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_batch_norm_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_lrn_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_pool_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_activation_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_dropout_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_add_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_concat_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_flatten_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_shortcut_a_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+std::unique_ptr<CudaLayer> make_softmax_xent_layer(CudaPlan& plan, const LayerSpec& spec, int index);
+
+}  // namespace cohort::backend::cuda
