@@ -1,7 +1,7 @@
 #include "train/run_summary.h"
 
+#include "core/json.h"
 #include "core/status.h"
-#include "train/json_writer.h"
 
 namespace cohort {
 

@@ -8,7 +8,7 @@
 
 #include "core/status.h"
 #include "json_parse.h"
-#include "train/json_writer.h"
+#include "core/json.h"
 #include "train/metrics.h"
 #include "train/run_summary.h"
 
