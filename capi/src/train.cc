@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 
+#include "core/json.h"
 #include "handles.h"
 #include "runtime/mpi_process.h"
 #include "shim.h"
@@ -31,6 +32,19 @@ struct cohort_run_log_t {
 };
 
 namespace {
+
+data::PipelineStats pipeline_stats(const cohort_pipeline_stats_t& c) {
+  data::PipelineStats s;
+  s.decoded = c.decoded;
+  s.read_cpu_s = c.read_cpu_s;
+  s.decode_cpu_s = c.decode_cpu_s;
+  s.augment_cpu_s = c.augment_cpu_s;
+  s.assemble_cpu_s = c.assemble_cpu_s;
+  s.bytes_read = c.bytes_read;
+  s.elapsed_s = c.elapsed_s;
+  if (c.limiting_stage) s.limiting_stage = c.limiting_stage;
+  return s;
+}
 
 train::Trainer& live(const cohort_optimizer_t* o) {
   need(o, "optimizer");
@@ -210,15 +224,16 @@ COHORT_API cohort_status_t cohort_metrics_summary(const cohort_metrics_t* metric
 COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* summary, char* buffer, size_t size,
                                                    size_t* needed) {
   return guard("cohort_run_summary_json", [&] {
-    // An older, smaller struct: the fields it lacks keep these zero values.
+    // An older, smaller struct: the fields it lacks keep these zero values; a NULL
+    // string keeps RunSummary's default.
     const cohort_run_summary_t c = capi::read_in(summary, cohort_run_summary_t{}, "summary");
     RunSummary s;
-    s.model = c.model ? c.model : "";
+    if (c.model) s.model = c.model;
     s.ranks = c.ranks;
     s.local_ranks = c.local_ranks;
-    s.device = c.device ? c.device : "cpu";
-    s.precision = c.precision ? c.precision : "f32";
-    s.data = c.data ? c.data : "synthetic";
+    if (c.device) s.device = c.device;
+    if (c.precision) s.precision = c.precision;
+    if (c.data) s.data = c.data;
     s.batch_per_rank = c.batch_per_rank;
     s.global_batch = c.global_batch;
     s.steps = c.steps;
@@ -233,27 +248,14 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
       s.top5 = c.top5;
     }
     s.wall_s = c.wall_s;
-    if (c.variable_update && *c.variable_update) {
-      s.variable_update = c.variable_update;
-      s.workers = c.workers;
-      s.servers = c.servers;
-      if (c.has_staleness) s.staleness = RunSummary::Staleness{c.staleness_mean, c.staleness_max};
-    }
-    if (c.input) {
-      const cohort_pipeline_stats_t p = capi::read_in(c.input, cohort_pipeline_stats_t{}, "summary->input");
-      const double images = static_cast<double>(std::max<int64_t>(1, p.decoded));
-      s.input = RunSummary::InputStages{p.read_cpu_s / images,
-                                        p.decode_cpu_s / images,
-                                        p.augment_cpu_s / images,
-                                        p.assemble_cpu_s / images,
-                                        p.elapsed_s > 0 ? static_cast<double>(p.bytes_read) / p.elapsed_s : 0,
-                                        p.limiting_stage ? p.limiting_stage : ""};
-    }
-    std::string text = run_summary_json(s);
-    if (c.extra_json && *c.extra_json && !text.empty() && text.back() == '}') {
-      text.pop_back();
-      text += std::string(", ") + c.extra_json + "}";
-    }
+    if (c.variable_update) s.variable_update = c.variable_update;
+    s.workers = c.workers;
+    s.servers = c.servers;
+    if (c.has_staleness) s.staleness = RunSummary::Staleness{c.staleness_mean, c.staleness_max};
+    if (c.input)
+      s.input = input_stages(pipeline_stats(capi::read_in(c.input, cohort_pipeline_stats_t{}, "summary->input")));
+    if (c.extra_json) s.extra = parse_json_members(c.extra_json, "summary->extra_json");
+    const std::string text = run_summary_json(s);
     capi::copy_out(text, buffer, size, needed);
   });
 }

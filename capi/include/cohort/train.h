@@ -321,7 +321,11 @@ typedef struct cohort_run_summary_t {
   double top1;                          /**< Top-1 accuracy in [0, 1]. */
   double top5;                          /**< Top-5 accuracy in [0, 1]. */
   double wall_s;                        /**< Seconds of the whole run. */
-  const char* extra_json;               /**< NULL, or further `"key": value` pairs appended as written. */
+  const char* extra_json;               /**< NULL, or further `"key": value` members (JSON, comma-separated,
+                                             without braces) appended after the fixed ones, values as written.
+                                             Text that is not such members, or a key that repeats one written
+                                             before it (a field of the summary or an earlier extra one), is
+                                             ::COHORT_ERR_INVALID_ARGUMENT naming it. */
   const char* variable_update;          /**< NULL, or the mode (cohort_optimizer_info()): written with
                                              "workers" and "servers" after "wall_s". */
   int64_t workers;                      /**< With variable_update: ranks that compute. */
@@ -342,7 +346,7 @@ typedef struct cohort_run_summary_t {
  * @param size    Bytes available in @p buffer.
  * @param needed  Receives the bytes needed, terminating NUL included (may be NULL).
  * @return ::COHORT_OK, or ::COHORT_ERR_INVALID_ARGUMENT when @p buffer is too small
- *         (then @p needed says how much).
+ *         (then @p needed says how much) or `extra_json` is not valid (see its field).
  */
 COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* summary, char* buffer, size_t size,
                                                    size_t* needed);

@@ -516,6 +516,14 @@ static void metrics_and_summary(void** state) {
   assert_non_null(strstr(buf, "\"loss\": null, \"top1\": null, \"top5\": null, \"wall_s\": 0, \"note\": 1}"));
   assert_error(cohort_run_summary_json(&s, buf, 10, &needed), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_summary_json",
                "too small");
+  /* extra_json must be JSON members, and none may repeat a key written before it. */
+  s.extra_json = "\"note\": 1,";
+  assert_error(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_run_summary_json", "summary->extra_json: expected a string at byte 10");
+  s.extra_json = "\"loss\": 1";
+  assert_error(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_run_summary_json", "extra field 'loss' would repeat a field of the summary");
+  s.extra_json = "\"note\": 1";
   s.struct_size = 8;
   assert_error(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_ERR_INVALID_ARGUMENT,
                "cohort_run_summary_json", "struct_size");
