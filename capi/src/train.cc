@@ -59,8 +59,8 @@ void train_step(const cohort_model_t* model, cohort_optimizer_t* optimizer, cons
   if (model) require(model->model.get() == &t.model(), "the optimizer was created for another model");
   if (stats) capi::check_struct_size<cohort_train_stats_t>(stats->struct_size, "stats");
   train::StepStats st;
-  if (!batch && !t.exchange_info().worker) {
-    st = t.train_step(Tensor{}, Tensor{}, 0);  // a dedicated parameter server: nothing to do
+  if (!batch) {
+    st = t.train_step_without_batch();
   } else {
     const cohort_batch_t b = capi::read_in(batch, cohort_batch_t{}, "batch");
     st =
@@ -267,8 +267,7 @@ COHORT_API cohort_status_t cohort_run_log_create(const cohort_runtime_t* runtime
     *out = nullptr;
     const Config cfg = config ? config->config : runtime ? runtime->runtime->config() : Config();
     auto log = std::make_unique<cohort_run_log_t>();
-    if (!runtime || runtime->runtime->rank() == 0)
-      log->log = std::make_unique<train::RunLog>(cfg.get_string("tensorboard_dir"), cfg.get_string("log_csv"));
+    log->log = train::open_run_log(cfg, runtime ? runtime->runtime->rank() : 0);
     *out = log.release();
   });
 }
