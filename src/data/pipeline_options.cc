@@ -21,8 +21,6 @@ std::vector<float> parse_floats(const std::string& key, const std::string& text)
   return out;
 }
 
-bool is_set(const Config& c, const char* key) { return c.source(key) != OptionSource::kDefault; }
-
 void read_source(const Config& c, PipelineOptions& o) {
   SourceOptions& s = o.source;
   s.path = c.get_string("data_dir");
@@ -65,10 +63,10 @@ void read_augment(const Config& c, PipelineOptions& o) {
   // depends on both); an option set explicitly (API, command line or environment)
   // overrides it.
   o.preset = c.get_string("augment");
-  if (is_set(c, "random_crop")) o.overrides.random_crop = c.get_bool("random_crop");
-  if (is_set(c, "color_jitter")) o.overrides.color_jitter = c.get_bool("color_jitter");
-  if (is_set(c, "flip_lr_prob")) o.overrides.flip_lr_prob = static_cast<float>(c.get_float("flip_lr_prob"));
-  if (is_set(c, "flip_ud_prob")) o.overrides.flip_ud_prob = static_cast<float>(c.get_float("flip_ud_prob"));
+  if (c.is_explicit("random_crop")) o.overrides.random_crop = c.get_bool("random_crop");
+  if (c.is_explicit("color_jitter")) o.overrides.color_jitter = c.get_bool("color_jitter");
+  if (c.is_explicit("flip_lr_prob")) o.overrides.flip_lr_prob = static_cast<float>(c.get_float("flip_lr_prob"));
+  if (c.is_explicit("flip_ud_prob")) o.overrides.flip_ud_prob = static_cast<float>(c.get_float("flip_ud_prob"));
   a.area_min = static_cast<float>(c.get_float("crop_area_min"));
   a.area_max = static_cast<float>(c.get_float("crop_area_max"));
   require(a.area_min <= a.area_max, "crop_area_min (", a.area_min, ") is above crop_area_max (", a.area_max, ")");
@@ -90,8 +88,8 @@ void read_augment(const Config& c, PipelineOptions& o) {
 
 void read_normalisation(const Config& c, PipelineOptions& o) {
   AugmentOptions& a = o.augment;
-  o.explicit_mean = is_set(c, "mean");
-  o.explicit_std = is_set(c, "std");
+  o.explicit_mean = c.is_explicit("mean");
+  o.explicit_std = c.is_explicit("std");
   auto mean = parse_floats("mean", c.get_string("mean"));
   auto stddev = parse_floats("std", c.get_string("std"));
   for (int i = 0; i < 4; ++i) {
