@@ -343,4 +343,24 @@ void Pipeline::count_skipped(const Slot& slot, int64_t g, int64_t valid) {
   throw Error(fatal_code_, fatal_);
 }
 
+SeekablePipeline::SeekablePipeline(PipelineOptions options, std::shared_ptr<Source> source)
+    : options_(std::move(options)), source_(source ? std::move(source) : open_source(options_.source)) {
+  pipeline_ = std::make_unique<Pipeline>(options_, source_);
+}
+
+Pipeline& SeekablePipeline::pipeline() const {
+  if (!pipeline_) fail(Code::kInvalidState, "the pipeline failed to restart; destroy it");
+  return *pipeline_;
+}
+
+void SeekablePipeline::seek(int64_t epoch, int64_t step) {
+  const int64_t steps = pipeline_ ? pipeline_->steps_per_epoch() : 0;
+  require(epoch >= 0, "epoch ", epoch, " is negative");
+  require(step >= 0 && step < steps, "step ", step, " is outside [0, ", steps, ")");
+  pipeline_.reset();  // its threads stop before the new one's start
+  options_.start_epoch = epoch;
+  options_.start_step = step;
+  pipeline_ = std::make_unique<Pipeline>(options_, source_);
+}
+
 }  // namespace cohort::data

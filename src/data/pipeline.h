@@ -145,4 +145,29 @@ class Pipeline {
   std::vector<std::thread> threads_;
 };
 
+// A pipeline that can move to another position of its order, as the C API's pipeline
+// handle does: it keeps the options and the source, and seek() starts a new Pipeline
+// there (what was prefetched is dropped; the source is not opened again).
+class SeekablePipeline {
+ public:
+  // Starts at the options' start position, on `source`, or without one on the source
+  // the options name (open_source). Throws what either throws.
+  explicit SeekablePipeline(PipelineOptions options, std::shared_ptr<Source> source = nullptr);
+
+  // The running pipeline; throws kInvalidState once a restart failed.
+  Pipeline& pipeline() const;
+  const PipelineOptions& options() const { return options_; }
+  const Source& source() const { return *source_; }
+
+  // Restarts at step `step` of epoch `epoch`. A negative epoch or a step outside [0,
+  // steps per epoch) is kInvalidArgument and changes nothing; when the restart itself
+  // fails, the error propagates and the pipeline is gone (pipeline() throws).
+  void seek(int64_t epoch, int64_t step);
+
+ private:
+  PipelineOptions options_;
+  std::shared_ptr<Source> source_;
+  std::unique_ptr<Pipeline> pipeline_;
+};
+
 }  // namespace cohort::data
