@@ -134,6 +134,7 @@ COHORT_API cohort_status_t cohort_optimizer_info(const cohort_optimizer_t* optim
     full.updates = e.updates;
     full.staleness_sum = e.staleness_sum;
     full.staleness_max = e.staleness_max;
+    full.lockstep = train::workers_in_lockstep(e.mode) ? 1 : 0;
     capi::write_out(info, full, "info");
   });
 }

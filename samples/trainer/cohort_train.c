@@ -450,14 +450,11 @@ static int serve_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   return end_step(t, p, epoch, in_epoch, epoch_end, p->step == plan->total, p->step % t->set.passes == 0);
 }
 
-/* Whether the workers' steps move together (replicated, parameter_server): one rank's
- * step time is then every worker's. async_parameter_server and independent workers run
- * at their own pace (more ranks than cores make them take turns), so each measures its
- * own rate and the total is their sum, as tf_cnn_benchmarks reports it. */
-static int in_lockstep(const trainer_t* t) {
-  return strcmp(t->roles.variable_update, "replicated") == 0 ||
-         strcmp(t->roles.variable_update, "parameter_server") == 0;
-}
+/* Whether the workers' steps move together (the library says: replicated and
+ * parameter_server do): one rank's step time is then every worker's. Otherwise workers
+ * run at their own pace (more ranks than cores make them take turns), so each measures
+ * its own rate and the total is their sum, as tf_cnn_benchmarks reports it. */
+static int in_lockstep(const trainer_t* t) { return t->roles.lockstep; }
 
 /* Collective: the workers' own rates summed into the total (modes not in lockstep). */
 static int total_rates(const trainer_t* t, cohort_rate_summary_t* rates) {

@@ -136,6 +136,10 @@ typedef struct cohort_optimizer_info_t {
   double staleness_sum;        /**< Over those updates: how many updates the variables had moved since the
                                     pushing worker pulled them (always 0 with `parameter_server`). */
   int64_t staleness_max;       /**< The most of them; at most (workers - 1) x (2 x `ps_max_lead` + 1). */
+  int lockstep;                /**< 1 when the workers' steps move together (replicated, parameter_server):
+                                    one update takes every worker's gradients, so one worker's step time is
+                                    every worker's. 0 when each runs at its own pace (async_parameter_server,
+                                    independent): images/sec is then each worker's own rate, summed. */
 } cohort_optimizer_info_t;
 
 /**

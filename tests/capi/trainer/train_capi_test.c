@@ -116,6 +116,7 @@ static void variable_update_modes(void** state) {
     const int ps = k == 1 || k == 2;
     assert_true(info.worker == 1 && info.server == ps && info.workers == 1 && info.servers == ps &&
                 info.worker_index == 0 && info.updates == 0);
+    assert_int_equal(info.lockstep, k < 2); /* replicated and parameter_server */
     batch_t bt;
     make_batch(&bt, 8, 8);
     for (int step = 0; step < 3; ++step) assert_int_equal(cohort_optimizer_train_step(opt, &bt.b, NULL), COHORT_OK);
