@@ -128,6 +128,14 @@ COHORT_API cohort_status_t cohort_pipeline_seek(cohort_pipeline_t* pipeline, int
   return guard("cohort_pipeline_seek", [&] { need(pipeline, "pipeline")->pipeline->seek(epoch, step); });
 }
 
+COHORT_API cohort_status_t cohort_pipeline_position(const cohort_pipeline_t* pipeline, int64_t* epoch, int64_t* step) {
+  return guard("cohort_pipeline_position", [&] {
+    const data::PipelinePosition p = capi::pipeline_of(pipeline).position();
+    if (epoch) *epoch = p.epoch;
+    if (step) *step = p.step;
+  });
+}
+
 COHORT_API cohort_status_t cohort_pipeline_info(const cohort_pipeline_t* pipeline, cohort_pipeline_info_t* info) {
   return guard("cohort_pipeline_info", [&] {
     capi::check_struct_size<cohort_pipeline_info_t>(need(info, "info")->struct_size, "info");

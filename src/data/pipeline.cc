@@ -258,6 +258,12 @@ Pipeline::Slot& Pipeline::next_decoded(int64_t& g) {
   return slot;
 }
 
+PipelinePosition Pipeline::position() const {
+  const int64_t steps = sampler_.steps_per_epoch();
+  std::lock_guard<std::mutex> lock(mu_);
+  return {consumer_g_ / steps, consumer_g_ % steps};
+}
+
 // Batches from global step g on that are complete (called under mu_).
 int64_t Pipeline::ready_ahead(int64_t g) const {
   const int64_t nslots = static_cast<int64_t>(slots_.size());

@@ -40,6 +40,11 @@ struct BatchView {
   int64_t epoch = 0, step = 0;
 };
 
+// A batch's place in the pipeline's order.
+struct PipelinePosition {
+  int64_t epoch = 0, step = 0;
+};
+
 class Pipeline {
  public:
   // Starts the threads. Throws kInvalidArgument for bad options.
@@ -56,6 +61,10 @@ class Pipeline {
   // soon as the epoch can no longer stay within it, and a run that ends mid-epoch is
   // held to the bound of that whole epoch.
   const BatchView& next();
+
+  // Where the batch the next next() returns lies: what a checkpoint saved now records
+  // as the pipeline's position, and what a pipeline started there resumes from.
+  PipelinePosition position() const;
 
   int64_t steps_per_epoch() const { return sampler_.steps_per_epoch(); }
   int64_t dataset_size() const { return source_->size(); }

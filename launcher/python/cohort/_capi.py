@@ -264,6 +264,7 @@ FUNCTIONS = {
     "cohort_pipeline_destroy": (None, [H]),
     "cohort_pipeline_next": (STATUS, [H, POINTER(Batch)]),
     "cohort_pipeline_seek": (STATUS, [H, c_int64, c_int64]),
+    "cohort_pipeline_position": (STATUS, [H, I64P, I64P]),
     "cohort_pipeline_info": (STATUS, [H, POINTER(PipelineInfo)]),
     "cohort_pipeline_steps_per_epoch": (STATUS, [H, I64P]),
     "cohort_pipeline_stats": (STATUS, [H, POINTER(PipelineStats)]),

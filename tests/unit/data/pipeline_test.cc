@@ -79,6 +79,9 @@ TEST(Pipeline, CoversTheEpochWithPaddedLastBatch) {
         EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], 1);
       }
       for (int64_t i = b.valid; i < 8; ++i) EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], 0);
+      // The next batch's place: the following step, or step 0 of the next epoch.
+      EXPECT_EQ(p.position().epoch, step == 6 ? epoch + 1 : epoch);
+      EXPECT_EQ(p.position().step, step == 6 ? 0 : step + 1);
     }
     EXPECT_EQ(seen.size(), 50u);
   }
@@ -170,6 +173,8 @@ TEST(Pipeline, ResumesAtEpochAndStep) {
   o.start_epoch = 1;
   o.start_step = 2;  // 5 steps per epoch: global step 7
   Pipeline q(o, set.source);
+  EXPECT_EQ(q.position().epoch, 1);
+  EXPECT_EQ(q.position().step, 2);
   const BatchView& b = q.next();
   EXPECT_EQ(b.epoch, 1);
   EXPECT_EQ(b.step, 2);
