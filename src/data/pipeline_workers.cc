@@ -127,9 +127,10 @@ void Pipeline::process(Work& w, JpegDecoder& decoder, Renderer& renderer, StageW
   if (s.kind == Sample::Kind::kRaw) {
     const int64_t t0 = now_ns();
     Draws d = draw_sample(s.raw_w, s.raw_h, s.boxes, o_.augment, epoch, s.index, static_cast<int>(w.pos));
-    renderer.render(s.raw, s.raw_w, s.raw_h, static_cast<size_t>(s.raw_w) * s.raw_c, s.raw_c,
-                    static_cast<float>(d.crop.x), static_cast<float>(d.crop.y), static_cast<float>(d.crop.w),
-                    static_cast<float>(d.crop.h), d, o_.augment, dst);
+    const SourceImage image{s.raw, s.raw_w, s.raw_h, static_cast<size_t>(s.raw_w) * s.raw_c, s.raw_c};
+    const CropWindow crop{static_cast<float>(d.crop.x), static_cast<float>(d.crop.y), static_cast<float>(d.crop.w),
+                          static_cast<float>(d.crop.h)};
+    renderer.render(image, crop, d, o_.augment, dst);
     wall.augment += now_ns() - t0;
   } else {
     decode_encoded(w, decoder, renderer, dst, epoch, wall);
@@ -165,8 +166,7 @@ void Pipeline::decode_encoded(Work& w, JpegDecoder& decoder, Renderer& renderer,
                                               o_.augment.out_h, known == kUnknown);
     t1 = thread_cpu_ns();
     wall.decode += t1 - t0;
-    renderer.render(win.pixels, win.width, win.height, win.stride, 3, win.crop_x, win.crop_y, win.crop_w, win.crop_h, d,
-                    o_.augment, dst);
+    renderer.render(win.image(), win.crop(), d, o_.augment, dst);
     wall.augment += thread_cpu_ns() - t1;
   } catch (const Error& e) {
     if (t1 == t0) wall.decode += thread_cpu_ns() - t0;  // a bad image fails while decoding
