@@ -1,7 +1,6 @@
 #include "core/config.h"
 
 #include "core/status.h"
-#include "core/strings.h"
 #include "handles.h"
 #include "shim.h"
 #include "structs.h"

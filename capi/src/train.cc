@@ -2,7 +2,6 @@
 // training step, checkpoints) and to the run metrics and summary.
 #include "cohort/train.h"
 
-#include <algorithm>
 #include <memory>
 
 #include "core/json.h"
