@@ -1,7 +1,6 @@
 #include "core/config.h"
 
 #include "core/status.h"
-#include "core/strings.h"
 #include "handles.h"
 #include "shim.h"
 #include "structs.h"
@@ -55,30 +54,15 @@ COHORT_API cohort_status_t cohort_config_set(cohort_config_t* config, const char
 }
 
 COHORT_API cohort_status_t cohort_config_set_int(cohort_config_t* config, const char* key, int64_t value) {
-  return guard("cohort_config_set_int", [&] {
-    const OptionSpec& spec = require_option(need_key(key));
-    require(spec.type == OptionType::kInt || spec.type == OptionType::kFloat, "option '", spec.name,
-            "' is not a number: it takes ", describe_allowed(spec));
-    need(config, "config")->config.set(spec.name, std::to_string(value));
-  });
+  return guard("cohort_config_set_int", [&] { need(config, "config")->config.set_int(need_key(key), value); });
 }
 
 COHORT_API cohort_status_t cohort_config_set_float(cohort_config_t* config, const char* key, double value) {
-  return guard("cohort_config_set_float", [&] {
-    const OptionSpec& spec = require_option(need_key(key));
-    require(spec.type == OptionType::kInt || spec.type == OptionType::kFloat, "option '", spec.name,
-            "' is not a number: it takes ", describe_allowed(spec));
-    need(config, "config")->config.set(spec.name, format_double(value));
-  });
+  return guard("cohort_config_set_float", [&] { need(config, "config")->config.set_float(need_key(key), value); });
 }
 
 COHORT_API cohort_status_t cohort_config_set_bool(cohort_config_t* config, const char* key, int value) {
-  return guard("cohort_config_set_bool", [&] {
-    const OptionSpec& spec = require_option(need_key(key));
-    require(spec.type == OptionType::kBool, "option '", spec.name, "' is not a bool: it takes ",
-            describe_allowed(spec));
-    need(config, "config")->config.set(spec.name, value ? "true" : "false");
-  });
+  return guard("cohort_config_set_bool", [&] { need(config, "config")->config.set_bool(need_key(key), value != 0); });
 }
 
 COHORT_API cohort_status_t cohort_config_unset(cohort_config_t* config, const char* key) {

@@ -27,9 +27,7 @@ struct cohort_model_t {
 
 struct cohort_pipeline_t {
   std::shared_ptr<cohort::Runtime> runtime;  // keeps the runtime alive; may be null
-  cohort::data::PipelineOptions options;
-  std::shared_ptr<cohort::data::Source> source;
-  std::unique_ptr<cohort::data::Pipeline> pipeline;
+  std::unique_ptr<cohort::data::SeekablePipeline> pipeline;
   std::unique_ptr<cohort::instrument::PipelineTrace> trace;  // instrument_dir only
   int64_t image_shape[4] = {0, 0, 0, 0};
   int64_t batch_shape[1] = {0};

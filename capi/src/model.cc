@@ -1,13 +1,10 @@
 // The model shim: translates to train::Model (zoo and custom networks, inference,
-// loss, forward/backward) and parses the layer builder's parameter text.
+// loss, forward/backward) and to the layer builder of graph/layer_params.h.
 #include "cohort/model.h"
 
-#include <algorithm>
-#include <cstring>
-#include <map>
-#include <sstream>
+#include <vector>
 
-#include "core/strings.h"
+#include "graph/layer_params.h"
 #include "handles.h"
 #include "models/zoo.h"
 #include "runtime/mpi_process.h"
@@ -50,120 +47,6 @@ void materialize(cohort_model_t& m) {
   }
 }
 
-// ---- layer parameters: "key=value key=value" ----
-class Params {
- public:
-  Params(const char* text, const std::string& layer) : layer_(layer) {
-    std::string s = text ? text : "";
-    for (char& c : s)
-      if (c == ',' || c == '\t' || c == '\n') c = ' ';
-    std::istringstream in(s);
-    std::string item;
-    while (in >> item) {
-      auto eq = item.find('=');
-      require(eq != std::string::npos && eq > 0, "layer '", layer, "': parameter '", item, "' is not key=value");
-      values_[item.substr(0, eq)] = item.substr(eq + 1);
-    }
-  }
-  double num(const std::string& key, double fallback) {
-    auto it = values_.find(key);
-    if (it == values_.end()) return fallback;
-    char* end = nullptr;
-    const double v = std::strtod(it->second.c_str(), &end);
-    require(!it->second.empty() && end && *end == '\0', "layer '", layer_, "': ", key, "='", it->second,
-            "' is not a number");
-    return v;
-  }
-  int integer(const std::string& key, int fallback) {
-    const double v = num(key, fallback);
-    require(v == static_cast<double>(static_cast<int>(v)), "layer '", layer_, "': ", key, "=", v,
-            " must be an integer");
-    return static_cast<int>(v);
-  }
-  int required(const std::string& key) {
-    require(values_.count(key) != 0, "layer '", layer_, "': parameter '", key, "' is required");
-    return integer(key, 0);
-  }
-  void check_keys(const std::string& kind) const {
-    static const std::map<std::string, std::vector<std::string>> allowed{
-        {"conv", {"out", "kernel", "kh", "kw", "stride", "pad", "dilation", "groups", "bias"}},
-        {"dense", {"out", "bias"}},
-        {"batch_norm", {"eps", "momentum"}},
-        {"relu", {}},
-        {"tanh", {}},
-        {"sigmoid", {}},
-        {"leaky_relu", {"alpha"}},
-        {"elu", {"alpha"}},
-        {"max_pool", {"kernel", "stride", "pad", "ceil"}},
-        {"avg_pool", {"kernel", "stride", "pad", "ceil"}},
-        {"global_avg_pool", {}},
-        {"flatten", {}},
-        {"concat", {}},
-        {"add", {}},
-        {"lrn", {"size", "alpha", "beta", "k"}},
-        {"dropout", {"p"}},
-        {"shortcut_a", {"out", "stride"}},
-        {"softmax_xent", {"smoothing"}},
-    };
-    auto it = allowed.find(kind);
-    if (it == allowed.end()) {
-      std::string kinds;
-      for (const auto& [k, v] : allowed) kinds += (kinds.empty() ? "" : ", ") + k;
-      fail(Code::kInvalidArgument, "unknown layer kind '", kind, "'; valid kinds: ", kinds);
-    }
-    for (const auto& [k, v] : values_) {
-      if (std::find(it->second.begin(), it->second.end(), k) != it->second.end()) continue;
-      std::string keys;
-      for (const auto& u : it->second) keys += (keys.empty() ? "" : ", ") + u;
-      fail(Code::kInvalidArgument, "layer '", layer_, "': unknown parameter '", k, "' for ", kind,
-           keys.empty() ? " (it takes none)" : "; allowed: " + keys);
-    }
-  }
-
- private:
-  std::string layer_;
-  std::map<std::string, std::string> values_;
-};
-
-int add_layer(Graph& g, const std::string& kind, const std::string& name, const std::vector<int>& in, Params& p) {
-  auto one = [&] {
-    require(in.size() == 1, "layer '", name, "': ", kind, " takes one input, got ", in.size());
-    return in[0];
-  };
-  if (kind == "conv") {
-    const int k = p.integer("kernel", 3);
-    ConvOptions o{p.integer("kh", k),       p.integer("kw", k),     p.integer("stride", 1),   p.integer("pad", 0),
-                  p.integer("dilation", 1), p.integer("groups", 1), p.integer("bias", 1) != 0};
-    return g.conv(one(), name, p.required("out"), o);
-  }
-  if (kind == "dense") return g.dense(one(), name, p.required("out"), p.integer("bias", 1) != 0);
-  if (kind == "batch_norm")
-    return g.batch_norm(one(), name, static_cast<float>(p.num("eps", 1e-5)),
-                        static_cast<float>(p.num("momentum", 0.1)));
-  if (kind == "relu") return g.activation(one(), name, ActKind::kRelu);
-  if (kind == "tanh") return g.activation(one(), name, ActKind::kTanh);
-  if (kind == "sigmoid") return g.activation(one(), name, ActKind::kSigmoid);
-  if (kind == "leaky_relu")
-    return g.activation(one(), name, ActKind::kLeakyRelu, static_cast<float>(p.num("alpha", 0.01)));
-  if (kind == "elu") return g.activation(one(), name, ActKind::kElu, static_cast<float>(p.num("alpha", 1.0)));
-  if (kind == "max_pool" || kind == "avg_pool") {
-    const int k = p.integer("kernel", 2);
-    PoolOptions o{k, p.integer("stride", k), p.integer("pad", 0), p.integer("ceil", 0) != 0};
-    return kind == "max_pool" ? g.max_pool(one(), name, o) : g.avg_pool(one(), name, o);
-  }
-  if (kind == "global_avg_pool") return g.global_avg_pool(one(), name);
-  if (kind == "flatten") return g.flatten(one(), name);
-  if (kind == "concat") return g.concat(in, name);
-  if (kind == "add") return g.add(in, name);
-  if (kind == "lrn")
-    return g.lrn(one(), name, p.integer("size", 5), static_cast<float>(p.num("alpha", 1e-4)),
-                 static_cast<float>(p.num("beta", 0.75)), static_cast<float>(p.num("k", 1.0)));
-  if (kind == "dropout") return g.dropout(one(), name, static_cast<float>(p.num("p", 0.5)));
-  if (kind == "shortcut_a") return g.shortcut_a(one(), name, p.required("out"), p.integer("stride", 2));
-  if (kind == "softmax_xent") return g.softmax_xent(one(), name, static_cast<float>(p.num("smoothing", 0.0)));
-  fail(Code::kInternal, "layer kind '", kind, "' has no builder");
-}
-
 }  // namespace
 
 extern "C" {
@@ -203,11 +86,7 @@ COHORT_API cohort_status_t cohort_model_add_layer(cohort_model_t* model, const c
     need(kind, "kind");
     need(name, "name");
     require(inputs != nullptr || num_inputs == 0, "inputs is NULL but num_inputs is ", num_inputs);
-    std::vector<int> in(inputs, inputs + num_inputs);
-    if (in.empty()) in.push_back(g.num_layers() - 1);
-    Params p(params, name);
-    p.check_keys(kind);  // before the graph changes
-    const int id = add_layer(g, kind, name, in, p);
+    const int id = add_layer(g, kind, name, std::vector<int>(inputs, inputs + num_inputs), params ? params : "");
     if (index) *index = id;
   });
 }

@@ -30,11 +30,15 @@ data::PipelineOptions options_for(const cohort_runtime_t* rt, const cohort_confi
   return data::pipeline_options(cfg, rank, size, budget);
 }
 
-void start(cohort_pipeline_t& p) { p.pipeline = std::make_unique<data::Pipeline>(p.options, p.source); }
-
-// Records what the pipeline delivers when the option instrument_dir is set.
-void trace(cohort_pipeline_t& p, const Config& config) {
-  p.trace = instrument::PipelineTrace::make(config, p.options, p.source->size());
+// A handle on a pipeline started on `source` (nullptr: the one the options name), with
+// the record of what it delivers when the option instrument_dir is set.
+std::unique_ptr<cohort_pipeline_t> make_handle(std::shared_ptr<Runtime> runtime, data::PipelineOptions options,
+                                               std::shared_ptr<data::Source> source, const Config& config) {
+  auto p = std::make_unique<cohort_pipeline_t>();
+  p->runtime = std::move(runtime);
+  p->pipeline = std::make_unique<data::SeekablePipeline>(std::move(options), std::move(source));
+  p->trace = instrument::PipelineTrace::make(config, p->pipeline->options(), p->pipeline->source().size());
+  return p;
 }
 
 DLTensor view(const Tensor& t, int64_t* shape) {
@@ -48,11 +52,7 @@ DLTensor view(const Tensor& t, int64_t* shape) {
 }  // namespace
 
 namespace cohort::capi {
-data::Pipeline& pipeline_of(const cohort_pipeline_t* p) {
-  need(p, "pipeline");
-  if (!p->pipeline) fail(Code::kInvalidState, "the pipeline failed to restart; destroy it");
-  return *p->pipeline;
-}
+data::Pipeline& pipeline_of(const cohort_pipeline_t* p) { return need(p, "pipeline")->pipeline->pipeline(); }
 }  // namespace cohort::capi
 
 extern "C" {
@@ -62,13 +62,8 @@ COHORT_API cohort_status_t cohort_pipeline_create(const cohort_runtime_t* runtim
   return guard("cohort_pipeline_create", [&] {
     need(out, "out");
     *out = nullptr;
-    auto p = std::make_unique<cohort_pipeline_t>();
-    if (runtime) p->runtime = runtime->runtime;
-    p->options = options_for(runtime, config);
-    p->source = data::open_source(p->options.source);
-    start(*p);
-    trace(*p, config ? config->config : Config{});
-    *out = p.release();
+    const Config cfg = config ? config->config : Config{};
+    *out = make_handle(runtime ? runtime->runtime : nullptr, options_for(runtime, config), nullptr, cfg).release();
   });
 }
 
@@ -79,14 +74,9 @@ COHORT_API cohort_status_t cohort_pipeline_create_for_model(const struct cohort_
     *out = nullptr;
     const train::Model& m = *need(model, "model")->model;
     mpi_process::check_not_poisoned();
-    auto p = std::make_unique<cohort_pipeline_t>();
-    p->runtime = m.runtime_ptr();
     const Config& cfg = config ? config->config : m.runtime().config();
-    p->options = train::pipeline_options_for(m, cfg);
-    p->source = data::open_source(p->options.source);
-    start(*p);
-    train::check_pipeline_fits(m, *p->pipeline);
-    trace(*p, cfg);
+    auto p = make_handle(m.runtime_ptr(), train::pipeline_options_for(m, cfg), nullptr, cfg);
+    train::check_pipeline_fits(m, p->pipeline->pipeline());
     *out = p.release();
   });
 }
@@ -101,13 +91,10 @@ COHORT_API cohort_status_t cohort_pipeline_create_from_memory(const cohort_runti
     need(labels, "labels");
     need(images->data, "images->data");
     need(labels->data, "labels->data");
-    auto p = std::make_unique<cohort_pipeline_t>();
-    if (runtime) p->runtime = runtime->runtime;
-    p->options = options_for(runtime, config);
-    p->source = data::memory_source(*images, *labels, p->options.source);
-    start(*p);
-    trace(*p, config ? config->config : Config{});
-    *out = p.release();
+    data::PipelineOptions options = options_for(runtime, config);
+    auto source = data::memory_source(*images, *labels, options.source);
+    const Config cfg = config ? config->config : Config{};
+    *out = make_handle(runtime ? runtime->runtime : nullptr, std::move(options), std::move(source), cfg).release();
   });
 }
 
@@ -138,15 +125,14 @@ COHORT_API cohort_status_t cohort_pipeline_next(cohort_pipeline_t* pipeline, coh
 }
 
 COHORT_API cohort_status_t cohort_pipeline_seek(cohort_pipeline_t* pipeline, int64_t epoch, int64_t step) {
-  return guard("cohort_pipeline_seek", [&] {
-    need(pipeline, "pipeline");
-    int64_t steps = pipeline->pipeline ? pipeline->pipeline->steps_per_epoch() : 0;
-    require(epoch >= 0, "epoch ", epoch, " is negative");
-    require(step >= 0 && step < steps, "step ", step, " is outside [0, ", steps, ")");
-    pipeline->pipeline.reset();
-    pipeline->options.start_epoch = epoch;
-    pipeline->options.start_step = step;
-    start(*pipeline);
+  return guard("cohort_pipeline_seek", [&] { need(pipeline, "pipeline")->pipeline->seek(epoch, step); });
+}
+
+COHORT_API cohort_status_t cohort_pipeline_position(const cohort_pipeline_t* pipeline, int64_t* epoch, int64_t* step) {
+  return guard("cohort_pipeline_position", [&] {
+    const data::PipelinePosition p = capi::pipeline_of(pipeline).position();
+    if (epoch) *epoch = p.epoch;
+    if (step) *step = p.step;
   });
 }
 

@@ -144,7 +144,8 @@ COHORT_STRUCT_FIELDS(cohort_optimizer_info_t, COHORT_FIELD(cohort_optimizer_info
                      COHORT_FIELD(cohort_optimizer_info_t, worker_index),
                      COHORT_FIELD(cohort_optimizer_info_t, updates),
                      COHORT_FIELD(cohort_optimizer_info_t, staleness_sum),
-                     COHORT_FIELD(cohort_optimizer_info_t, staleness_max));
+                     COHORT_FIELD(cohort_optimizer_info_t, staleness_max),
+                     COHORT_FIELD(cohort_optimizer_info_t, lockstep));
 
 // Throws kInvalidArgument naming `what` unless `size` is the size of some version of T.
 template <typename T>

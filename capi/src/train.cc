@@ -2,9 +2,9 @@
 // training step, checkpoints) and to the run metrics and summary.
 #include "cohort/train.h"
 
-#include <algorithm>
 #include <memory>
 
+#include "core/json.h"
 #include "handles.h"
 #include "runtime/mpi_process.h"
 #include "shim.h"
@@ -32,6 +32,19 @@ struct cohort_run_log_t {
 
 namespace {
 
+data::PipelineStats pipeline_stats(const cohort_pipeline_stats_t& c) {
+  data::PipelineStats s;
+  s.decoded = c.decoded;
+  s.read_cpu_s = c.read_cpu_s;
+  s.decode_cpu_s = c.decode_cpu_s;
+  s.augment_cpu_s = c.augment_cpu_s;
+  s.assemble_cpu_s = c.assemble_cpu_s;
+  s.bytes_read = c.bytes_read;
+  s.elapsed_s = c.elapsed_s;
+  if (c.limiting_stage) s.limiting_stage = c.limiting_stage;
+  return s;
+}
+
 train::Trainer& live(const cohort_optimizer_t* o) {
   need(o, "optimizer");
   mpi_process::check_not_poisoned();
@@ -45,8 +58,8 @@ void train_step(const cohort_model_t* model, cohort_optimizer_t* optimizer, cons
   if (model) require(model->model.get() == &t.model(), "the optimizer was created for another model");
   if (stats) capi::check_struct_size<cohort_train_stats_t>(stats->struct_size, "stats");
   train::StepStats st;
-  if (!batch && !t.exchange_info().worker) {
-    st = t.train_step(Tensor{}, Tensor{}, 0);  // a dedicated parameter server: nothing to do
+  if (!batch) {
+    st = t.train_step_without_batch();
   } else {
     const cohort_batch_t b = capi::read_in(batch, cohort_batch_t{}, "batch");
     st =
@@ -120,6 +133,7 @@ COHORT_API cohort_status_t cohort_optimizer_info(const cohort_optimizer_t* optim
     full.updates = e.updates;
     full.staleness_sum = e.staleness_sum;
     full.staleness_max = e.staleness_max;
+    full.lockstep = train::workers_in_lockstep(e.mode) ? 1 : 0;
     capi::write_out(info, full, "info");
   });
 }
@@ -210,15 +224,16 @@ COHORT_API cohort_status_t cohort_metrics_summary(const cohort_metrics_t* metric
 COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* summary, char* buffer, size_t size,
                                                    size_t* needed) {
   return guard("cohort_run_summary_json", [&] {
-    // An older, smaller struct: the fields it lacks keep these zero values.
+    // An older, smaller struct: the fields it lacks keep these zero values; a NULL
+    // string keeps RunSummary's default.
     const cohort_run_summary_t c = capi::read_in(summary, cohort_run_summary_t{}, "summary");
     RunSummary s;
-    s.model = c.model ? c.model : "";
+    if (c.model) s.model = c.model;
     s.ranks = c.ranks;
     s.local_ranks = c.local_ranks;
-    s.device = c.device ? c.device : "cpu";
-    s.precision = c.precision ? c.precision : "f32";
-    s.data = c.data ? c.data : "synthetic";
+    if (c.device) s.device = c.device;
+    if (c.precision) s.precision = c.precision;
+    if (c.data) s.data = c.data;
     s.batch_per_rank = c.batch_per_rank;
     s.global_batch = c.global_batch;
     s.steps = c.steps;
@@ -233,27 +248,14 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
       s.top5 = c.top5;
     }
     s.wall_s = c.wall_s;
-    if (c.variable_update && *c.variable_update) {
-      s.variable_update = c.variable_update;
-      s.workers = c.workers;
-      s.servers = c.servers;
-      if (c.has_staleness) s.staleness = RunSummary::Staleness{c.staleness_mean, c.staleness_max};
-    }
-    if (c.input) {
-      const cohort_pipeline_stats_t p = capi::read_in(c.input, cohort_pipeline_stats_t{}, "summary->input");
-      const double images = static_cast<double>(std::max<int64_t>(1, p.decoded));
-      s.input = RunSummary::InputStages{p.read_cpu_s / images,
-                                        p.decode_cpu_s / images,
-                                        p.augment_cpu_s / images,
-                                        p.assemble_cpu_s / images,
-                                        p.elapsed_s > 0 ? static_cast<double>(p.bytes_read) / p.elapsed_s : 0,
-                                        p.limiting_stage ? p.limiting_stage : ""};
-    }
-    std::string text = run_summary_json(s);
-    if (c.extra_json && *c.extra_json && !text.empty() && text.back() == '}') {
-      text.pop_back();
-      text += std::string(", ") + c.extra_json + "}";
-    }
+    if (c.variable_update) s.variable_update = c.variable_update;
+    s.workers = c.workers;
+    s.servers = c.servers;
+    if (c.has_staleness) s.staleness = RunSummary::Staleness{c.staleness_mean, c.staleness_max};
+    if (c.input)
+      s.input = input_stages(pipeline_stats(capi::read_in(c.input, cohort_pipeline_stats_t{}, "summary->input")));
+    if (c.extra_json) s.extra = parse_json_members(c.extra_json, "summary->extra_json");
+    const std::string text = run_summary_json(s);
     capi::copy_out(text, buffer, size, needed);
   });
 }
@@ -265,8 +267,7 @@ COHORT_API cohort_status_t cohort_run_log_create(const cohort_runtime_t* runtime
     *out = nullptr;
     const Config cfg = config ? config->config : runtime ? runtime->runtime->config() : Config();
     auto log = std::make_unique<cohort_run_log_t>();
-    if (!runtime || runtime->runtime->rank() == 0)
-      log->log = std::make_unique<train::RunLog>(cfg.get_string("tensorboard_dir"), cfg.get_string("log_csv"));
+    log->log = train::open_run_log(cfg, runtime ? runtime->runtime->rank() : 0);
     *out = log.release();
   });
 }

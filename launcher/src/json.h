@@ -1,5 +1,6 @@
-// A small JSON reader for the one-line run summaries cohortrun reads back (DESIGN.md,
-// "The run summary"). Numbers are doubles; objects keep their key order.
+// A small JSON reader for the one-line run summaries cohortrun reads back
+// (docs/design.md, "The run summary"). Numbers are doubles; objects keep their key
+// order.
 #pragma once
 
 #include <map>

@@ -370,13 +370,14 @@ static int restore_or_start(trainer_t* t, const plan_t* plan, progress_t* p) {
   return 0;
 }
 
-/* The agreed save: rank 0 writes (only its position counts), and a failure stops every
- * rank alike. */
-static int save_checkpoint(const trainer_t* t, int64_t epoch, int64_t step, int epoch_end, int64_t epochs_done) {
+/* The agreed save: rank 0 writes (only its position counts: the pipeline's next batch;
+ * a dedicated parameter server has no pipeline, and is never rank 0), and a failure stops
+ * every rank alike. */
+static int save_checkpoint(const trainer_t* t, int64_t epochs_done) {
   cohort_checkpoint_info_t ck = {.struct_size = sizeof ck};
   ck.epoch = epochs_done;
-  ck.pipeline_epoch = epoch_end ? epoch + 1 : epoch;
-  ck.pipeline_step = epoch_end ? 0 : step + 1;
+  if (t->train)
+    CHECK(cohort_pipeline_position(t->train, &ck.pipeline_epoch, &ck.pipeline_step), "reading the pipeline's position");
   CHECK_AGREED(cohort_optimizer_save_checkpoint(t->opt, t->set.checkpoint_dir, &ck), "saving a checkpoint");
   return 0;
 }
@@ -420,7 +421,7 @@ static int evaluate(const trainer_t* t, progress_t* p, const char* label, cohort
  * the checkpoint (--checkpoint_dir) at the end of an epoch, every --checkpoint_every
  * steps and at the end of the run, then --eval_every steps (not at the end: the final
  * evaluation follows). */
-static int end_step(trainer_t* t, progress_t* p, int64_t epoch, int64_t step, int epoch_end, int at_end, int updated) {
+static int end_step(trainer_t* t, progress_t* p, int epoch_end, int at_end, int updated) {
   if (epoch_end) ++p->epochs_done;
   if (!updated) return 0;
   char label[64];
@@ -430,9 +431,7 @@ static int end_step(trainer_t* t, progress_t* p, int64_t epoch, int64_t step, in
     if (evaluate(t, p, label, &ev)) return 1;
   }
   const int every = t->set.checkpoint_every > 0 && p->step % t->set.checkpoint_every == 0;
-  if (t->set.checkpoint_dir[0] && (epoch_end || every || at_end) &&
-      save_checkpoint(t, epoch, step, epoch_end, p->epochs_done))
-    return 1;
+  if (t->set.checkpoint_dir[0] && (epoch_end || every || at_end) && save_checkpoint(t, p->epochs_done)) return 1;
   if (t->set.eval && t->set.eval_every > 0 && p->step % t->set.eval_every == 0 && !at_end) {
     snprintf(label, sizeof label, "Step %lld", (long long)p->step);
     if (evaluate(t, p, label, &ev)) return 1;
@@ -444,20 +443,16 @@ static int end_step(trainer_t* t, progress_t* p, int64_t epoch, int64_t step, in
  * keeps count, to join the workers' evaluations and checkpoint saves at the same steps. */
 static int serve_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   const int64_t in_epoch = plan->steps_per_epoch > 0 ? p->step % plan->steps_per_epoch : p->step;
-  const int64_t epoch = plan->steps_per_epoch > 0 ? p->step / plan->steps_per_epoch : 0;
   ++p->step;
   const int epoch_end = plan->steps_per_epoch > 0 && in_epoch == plan->steps_per_epoch - 1;
-  return end_step(t, p, epoch, in_epoch, epoch_end, p->step == plan->total, p->step % t->set.passes == 0);
+  return end_step(t, p, epoch_end, p->step == plan->total, p->step % t->set.passes == 0);
 }
 
-/* Whether the workers' steps move together (replicated, parameter_server): one rank's
- * step time is then every worker's. async_parameter_server and independent workers run
- * at their own pace (more ranks than cores make them take turns), so each measures its
- * own rate and the total is their sum, as tf_cnn_benchmarks reports it. */
-static int in_lockstep(const trainer_t* t) {
-  return strcmp(t->roles.variable_update, "replicated") == 0 ||
-         strcmp(t->roles.variable_update, "parameter_server") == 0;
-}
+/* Whether the workers' steps move together (the library says: replicated and
+ * parameter_server do): one rank's step time is then every worker's. Otherwise workers
+ * run at their own pace (more ranks than cores make them take turns), so each measures
+ * its own rate and the total is their sum, as tf_cnn_benchmarks reports it. */
+static int in_lockstep(const trainer_t* t) { return t->roles.lockstep; }
 
 /* Collective: the workers' own rates summed into the total (modes not in lockstep). */
 static int total_rates(const trainer_t* t, cohort_rate_summary_t* rates) {
@@ -504,7 +499,7 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   }
   if (show_progress(t, plan, p, images / secs)) return 1;
   const int epoch_end = plan->steps_per_epoch > 0 && b.step == plan->steps_per_epoch - 1;
-  return end_step(t, p, b.epoch, b.step, epoch_end, p->step == plan->total, st.updated);
+  return end_step(t, p, epoch_end, p->step == plan->total, st.updated);
 }
 
 static int train(trainer_t* t, const plan_t* plan, progress_t* p) {

@@ -2,27 +2,11 @@
 
 #include <fstream>
 
+#include "core/json.h"
 #include "core/status.h"
+#include "core/strings.h"
 
 namespace cohort::comm {
-namespace {
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += cat("\\u00", "0123456789abcdef"[(c >> 4) & 0xf], "0123456789abcdef"[c & 0xf]);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 int64_t Timeline::to_us(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
@@ -52,12 +36,12 @@ std::string Timeline::events_json(int rank, int64_t offset_us) const {
   for (const Event& e : events_) {
     int64_t ts = e.start_us - offset_us;
     if (e.instant) {
-      out += cat(R"(, {"name": ")", json_escape(e.name), R"(", "cat": "STEP", "ph": "i", "s": "p", "ts": )", ts,
+      out += cat(R"(, {"name": )", json_string(e.name), R"(, "cat": "STEP", "ph": "i", "s": "p", "ts": )", ts,
                  ", \"pid\": ", rank, ", \"tid\": 0}");
     } else {
       out += cat(R"(, {"name": ")", e.phase, R"(", "cat": ")", e.phase, R"(", "ph": "X", "ts": )", ts,
-                 ", \"dur\": ", e.end_us - e.start_us, ", \"pid\": ", rank, R"(, "tid": 0, "args": {"tensor": ")",
-                 json_escape(e.name), "\"}}");
+                 ", \"dur\": ", e.end_us - e.start_us, ", \"pid\": ", rank, R"(, "tid": 0, "args": {"tensor": )",
+                 json_string(e.name), "}}");
     }
   }
   return out;

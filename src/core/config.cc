@@ -12,6 +12,25 @@ void Config::set(std::string_view key, std::string_view value) {
   values_[std::string(spec.name)] = canonical_value(spec, value, cat("option '", spec.name, "'"));
 }
 
+namespace {
+
+const OptionSpec& typed(std::string_view key, bool number) {
+  const OptionSpec& spec = require_option(key);
+  if (number)
+    require(spec.type == OptionType::kInt || spec.type == OptionType::kFloat, "option '", spec.name,
+            "' is not a number: it takes ", describe_allowed(spec));
+  else
+    require(spec.type == OptionType::kBool, "option '", spec.name, "' is not a bool: it takes ",
+            describe_allowed(spec));
+  return spec;
+}
+
+}  // namespace
+
+void Config::set_int(std::string_view key, int64_t value) { set(typed(key, true).name, std::to_string(value)); }
+void Config::set_float(std::string_view key, double value) { set(typed(key, true).name, format_double(value)); }
+void Config::set_bool(std::string_view key, bool value) { set(typed(key, false).name, value ? "true" : "false"); }
+
 void Config::unset(std::string_view key) { values_.erase(std::string(require_option(key).name)); }
 
 std::string Config::lookup(const OptionSpec& spec) const {

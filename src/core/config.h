@@ -18,6 +18,12 @@ class Config {
  public:
   // Validates and stores a value; throws kInvalidArgument (unknown key, bad value).
   void set(std::string_view key, std::string_view value);
+  // Typed values: set_int and set_float take int and float keys, set_bool bool keys;
+  // another key type is kInvalidArgument saying what the key takes (so is a value
+  // out of its range, as for set()).
+  void set_int(std::string_view key, int64_t value);
+  void set_float(std::string_view key, double value);
+  void set_bool(std::string_view key, bool value);
   void unset(std::string_view key);
 
   // Effective values. Throw kInvalidArgument for an unknown key, a type mismatch or a
@@ -27,6 +33,10 @@ class Config {
   double get_float(std::string_view key) const;
   bool get_bool(std::string_view key) const;
   OptionSource source(std::string_view key) const;
+  // Whether the user chose the value: set through the API or a command line, or by a
+  // COHORT_<KEY> environment variable (an environment variable counts: it is as much
+  // the user's choice as a flag). False when the registry's default applies.
+  bool is_explicit(std::string_view key) const { return source(key) != OptionSource::kDefault; }
 
   // Consumes registry options from a command line; returns the indices of the
   // arguments it did not consume (argv[0] first). See cohort_config_parse_args().

@@ -131,6 +131,19 @@ void zero_sample(const AugmentOptions& o, int channels, void* dst) { std::memset
 
 namespace {
 
+// The normalisation of each channel, for values in [0, range].
+template <int C>
+void normalisation(const AugmentOptions& o, float range, float* scale, float* bias) {
+  for (int c = 0; c < C; ++c) {
+    auto n = kernels::Normalize::from_mean_std(o.mean[c], o.stddev[c], range);
+    scale[c] = n.scale;
+    bias[c] = n.bias;
+  }
+}
+
+// Under pad-crop a sample more than half a pixel outside the image is black.
+bool outside(bool zeros_outside, float f, int size) { return zeros_outside && (f < -0.5f || f > size - 0.5f); }
+
 // Writes one row of C-channel values (in [0, range]) to output row y.
 template <int C>
 void write_row(const float* row, int y, float range, const AugmentOptions& o, void* dst) {
@@ -150,11 +163,7 @@ void write_row(const float* row, int y, float range, const AugmentOptions& o, vo
     return;
   }
   float scale[C], bias[C];
-  for (int c = 0; c < C; ++c) {
-    auto n = kernels::Normalize::from_mean_std(o.mean[c], o.stddev[c], range);
-    scale[c] = n.scale;
-    bias[c] = n.bias;
-  }
+  normalisation<C>(o, range, scale, bias);
   if (o.dtype == DType::kF32) {
     auto* out = static_cast<float*>(dst);
     if (o.nhwc) {
@@ -181,30 +190,28 @@ void write_row(const float* row, int y, float range, const AugmentOptions& o, vo
 
 }  // namespace
 
+// Which source columns each output column blends and with what weight (half-pixel
+// centres: output pixel i samples source x + (i + 0.5) * w / out_w - 0.5), as offsets
+// into the blended row of the columns in use; the C zeros after that row serve the
+// columns outside the image.
 template <int C>
-void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride, float crop_x, float crop_y,
-                        float crop_w, float crop_h, const Draws& d, const AugmentOptions& o, void* dst) {
-  const int W = o.out_w, H = o.out_h;
+void Renderer::plan_columns(const SourceImage& src, const CropWindow& crop, const Draws& d, int W) {
   x0_.resize(static_cast<size_t>(W));
   x1_.resize(static_cast<size_t>(W));
   wx_.resize(static_cast<size_t>(W));
-  row_.resize(static_cast<size_t>(W) * C);
-  // Half-pixel centres: output pixel i samples source crop_x + (i + 0.5) * crop_w / W - 0.5.
-  const float sx = crop_w / W, sy = crop_h / H;
-  // Under pad-crop a sample more than half a pixel outside the image is black.
-  auto outside = [&](float f, int size) { return d.zeros_outside && (f < -0.5f || f > size - 0.5f); };
+  const float sx = crop.w / W;
   constexpr int kOut = -1;  // marks a column outside the image
-  int lo = src_w, hi = 0;
+  int lo = src.width, hi = 0;
   for (int i = 0; i < W; ++i) {
     int ox = d.flip_lr ? W - 1 - i : i;
-    float fx = crop_x + (ox + 0.5f) * sx - 0.5f;
-    if (outside(fx, src_w)) {
+    float fx = crop.x + (ox + 0.5f) * sx - 0.5f;
+    if (outside(d.zeros_outside, fx, src.width)) {
       x0_[static_cast<size_t>(i)] = x1_[static_cast<size_t>(i)] = kOut;
       wx_[static_cast<size_t>(i)] = 0;
       continue;
     }
-    fx = std::clamp(fx, 0.0f, static_cast<float>(src_w - 1));
-    int x0 = static_cast<int>(fx), x1 = std::min(x0 + 1, src_w - 1);
+    fx = std::clamp(fx, 0.0f, static_cast<float>(src.width - 1));
+    int x0 = static_cast<int>(fx), x1 = std::min(x0 + 1, src.width - 1);
     lo = std::min(lo, x0);
     hi = std::max(hi, x1);
     wx_[static_cast<size_t>(i)] = fx - static_cast<float>(x0);
@@ -212,77 +219,70 @@ void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride,
     x1_[static_cast<size_t>(i)] = x1 * C;
   }
   if (lo > hi) lo = hi = 0;
-  // Vertical blend first over the source columns in use (contiguous, vectorises),
-  // then the horizontal taps from that one row; C zeros after them serve the columns
-  // outside the image.
-  const int span = (hi - lo + 1) * C;
-  row_a_.assign(static_cast<size_t>(span + C), 0.0f);
+  lo_ = lo;
+  span_ = (hi - lo + 1) * C;
+  row_a_.assign(static_cast<size_t>(span_ + C), 0.0f);
   for (int i = 0; i < W; ++i) {
     if (x0_[static_cast<size_t>(i)] == kOut) {
-      x0_[static_cast<size_t>(i)] = x1_[static_cast<size_t>(i)] = span;
+      x0_[static_cast<size_t>(i)] = x1_[static_cast<size_t>(i)] = span_;
       continue;
     }
     x0_[static_cast<size_t>(i)] -= lo * C;
     x1_[static_cast<size_t>(i)] -= lo * C;
   }
-  const bool color = d.color;
-  if (color) image_.resize(static_cast<size_t>(W) * H * C);
-  const bool fast_f32 = !color && o.dtype == DType::kF32 && !o.nhwc;
-  float scale[C], bias[C];
-  for (int c = 0; c < C; ++c) {
-    auto n = kernels::Normalize::from_mean_std(o.mean[c], o.stddev[c], 255.0f);
-    scale[c] = n.scale;
-    bias[c] = n.bias;
-  }
-  const size_t plane = static_cast<size_t>(W) * H;
-  double sums[C] = {};
-  kernels::SaturationHue sat_hue{d.saturation, d.hue};
+}
+
+// The vertical blend at source row fy over the columns in use, into row_a_
+// (contiguous, so it vectorises); zeros outside the image under pad-crop.
+template <int C>
+void Renderer::blend_rows(const SourceImage& src, float fy, bool zeros_outside) {
   float* v = row_a_.data();
-  for (int oy = 0; oy < H; ++oy) {
-    float fy = crop_y + (oy + 0.5f) * sy - 0.5f;
-    if (outside(fy, src_h)) {
-      std::fill_n(v, span, 0.0f);
-    } else {
-      fy = std::clamp(fy, 0.0f, static_cast<float>(src_h - 1));
-      int y0 = static_cast<int>(fy), y1 = std::min(y0 + 1, src_h - 1);
-      float wy = fy - static_cast<float>(y0);
-      const uint8_t* a = src + stride * static_cast<size_t>(y0) + static_cast<size_t>(lo) * C;
-      const uint8_t* b = src + stride * static_cast<size_t>(y1) + static_cast<size_t>(lo) * C;
-      for (int i = 0; i < span; ++i)
-        v[i] = static_cast<float>(a[i]) + (static_cast<float>(b[i]) - static_cast<float>(a[i])) * wy;
-    }
-    int out_y = d.flip_ud ? H - 1 - oy : oy;
-    if (fast_f32) {
-      float* planes[C];
-      for (int c = 0; c < C; ++c) planes[c] = static_cast<float*>(dst) + c * plane + static_cast<size_t>(out_y) * W;
-      for (int i = 0; i < W; ++i) {
-        const float* p0 = v + x0_[static_cast<size_t>(i)];
-        const float* p1 = v + x1_[static_cast<size_t>(i)];
-        float w = wx_[static_cast<size_t>(i)];
-        for (int c = 0; c < C; ++c) planes[c][i] = (p0[c] + (p1[c] - p0[c]) * w) * scale[c] + bias[c];
-      }
-      continue;
-    }
-    float* r = color ? image_.data() + static_cast<size_t>(out_y) * W * C : row_.data();
-    const float k = color ? 1.0f / 255.0f : 1.0f;
-    for (int i = 0; i < W; ++i) {
-      const float* p0 = v + x0_[static_cast<size_t>(i)];
-      const float* p1 = v + x1_[static_cast<size_t>(i)];
-      float w = wx_[static_cast<size_t>(i)];
-      for (int c = 0; c < C; ++c) r[i * C + c] = (p0[c] + (p1[c] - p0[c]) * w) * k;
-    }
-    if (!color) {
-      write_row<C>(r, out_y, 255.0f, o, dst);
-      continue;
-    }
-    kernels::Brightness bright{d.brightness};
-    for (int i = 0; i < W * C; ++i) r[i] = bright(r[i]);
-    if (C == 3 && d.order == 0)
-      for (int i = 0; i < W; ++i) sat_hue(&r[3 * i], &r[3 * i + 1], &r[3 * i + 2]);
-    for (int i = 0; i < W; ++i)
-      for (int c = 0; c < C; ++c) sums[c] += r[i * C + c];
+  if (outside(zeros_outside, fy, src.height)) {
+    std::fill_n(v, span_, 0.0f);
+    return;
   }
-  if (!color) return;
+  fy = std::clamp(fy, 0.0f, static_cast<float>(src.height - 1));
+  int y0 = static_cast<int>(fy), y1 = std::min(y0 + 1, src.height - 1);
+  float wy = fy - static_cast<float>(y0);
+  const uint8_t* a = src.pixels + src.stride * static_cast<size_t>(y0) + static_cast<size_t>(lo_) * C;
+  const uint8_t* b = src.pixels + src.stride * static_cast<size_t>(y1) + static_cast<size_t>(lo_) * C;
+  for (int i = 0; i < span_; ++i)
+    v[i] = static_cast<float>(a[i]) + (static_cast<float>(b[i]) - static_cast<float>(a[i])) * wy;
+}
+
+// The horizontal taps of the blended row, times k, as one HWC output row.
+template <int C>
+void Renderer::taps(int W, float k, float* r) const {
+  const float* v = row_a_.data();
+  for (int i = 0; i < W; ++i) {
+    const float* p0 = v + x0_[static_cast<size_t>(i)];
+    const float* p1 = v + x1_[static_cast<size_t>(i)];
+    float w = wx_[static_cast<size_t>(i)];
+    for (int c = 0; c < C; ++c) r[i * C + c] = (p0[c] + (p1[c] - p0[c]) * w) * k;
+  }
+}
+
+// The horizontal taps normalised straight into row out_y of each f32 NCHW plane (no
+// colour jitter: the common case, kept to one pass).
+template <int C>
+void Renderer::taps_to_planes(int W, size_t plane, int out_y, const float* scale, const float* bias, void* dst) const {
+  const float* v = row_a_.data();
+  float* planes[C];
+  for (int c = 0; c < C; ++c) planes[c] = static_cast<float*>(dst) + c * plane + static_cast<size_t>(out_y) * W;
+  for (int i = 0; i < W; ++i) {
+    const float* p0 = v + x0_[static_cast<size_t>(i)];
+    const float* p1 = v + x1_[static_cast<size_t>(i)];
+    float w = wx_[static_cast<size_t>(i)];
+    for (int c = 0; c < C; ++c) planes[c][i] = (p0[c] + (p1[c] - p0[c]) * w) * scale[c] + bias[c];
+  }
+}
+
+// Colour jitter's second pass, once the channel means (sums) are known: contrast
+// around them, saturation and hue when drawn second, clamping, then the output rows.
+template <int C>
+void Renderer::finish_colour(const Draws& d, const double* sums, const AugmentOptions& o, void* dst) {
+  const int W = o.out_w, H = o.out_h;
+  const kernels::SaturationHue sat_hue{d.saturation, d.hue};
   float means[C];
   for (int c = 0; c < C; ++c) means[c] = static_cast<float>(sums[c] / (static_cast<double>(W) * H));
   for (int y = 0; y < H; ++y) {
@@ -296,14 +296,55 @@ void Renderer::render_c(const uint8_t* src, int src_w, int src_h, size_t stride,
   }
 }
 
-void Renderer::render(const uint8_t* src, int src_w, int src_h, size_t stride, int channels, float crop_x, float crop_y,
-                      float crop_w, float crop_h, const Draws& d, const AugmentOptions& o, void* dst) {
-  if (channels == 3) {
-    render_c<3>(src, src_w, src_h, stride, crop_x, crop_y, crop_w, crop_h, d, o, dst);
-  } else if (channels == 1) {
-    render_c<1>(src, src_w, src_h, stride, crop_x, crop_y, crop_w, crop_h, d, o, dst);
+// Row by row: the vertical blend, then the horizontal taps, written out at once, or,
+// under colour jitter, brightened (and saturated and hue-shifted when drawn first) into
+// the whole image, whose means finish_colour() needs.
+template <int C>
+void Renderer::render_c(const SourceImage& src, const CropWindow& crop, const Draws& d, const AugmentOptions& o,
+                        void* dst) {
+  const int W = o.out_w, H = o.out_h;
+  row_.resize(static_cast<size_t>(W) * C);
+  plan_columns<C>(src, crop, d, W);
+  const bool color = d.color;
+  if (color) image_.resize(static_cast<size_t>(W) * H * C);
+  const bool fast_f32 = !color && o.dtype == DType::kF32 && !o.nhwc;
+  float scale[C], bias[C];
+  normalisation<C>(o, 255.0f, scale, bias);
+  const size_t plane = static_cast<size_t>(W) * H;
+  const float sy = crop.h / H;
+  double sums[C] = {};
+  const kernels::SaturationHue sat_hue{d.saturation, d.hue};
+  for (int oy = 0; oy < H; ++oy) {
+    blend_rows<C>(src, crop.y + (oy + 0.5f) * sy - 0.5f, d.zeros_outside);
+    const int out_y = d.flip_ud ? H - 1 - oy : oy;
+    if (fast_f32) {
+      taps_to_planes<C>(W, plane, out_y, scale, bias, dst);
+      continue;
+    }
+    float* r = color ? image_.data() + static_cast<size_t>(out_y) * W * C : row_.data();
+    taps<C>(W, color ? 1.0f / 255.0f : 1.0f, r);
+    if (!color) {
+      write_row<C>(r, out_y, 255.0f, o, dst);
+      continue;
+    }
+    kernels::Brightness bright{d.brightness};
+    for (int i = 0; i < W * C; ++i) r[i] = bright(r[i]);
+    if (C == 3 && d.order == 0)
+      for (int i = 0; i < W; ++i) sat_hue(&r[3 * i], &r[3 * i + 1], &r[3 * i + 2]);
+    for (int i = 0; i < W; ++i)
+      for (int c = 0; c < C; ++c) sums[c] += r[i * C + c];
+  }
+  if (color) finish_colour<C>(d, sums, o, dst);
+}
+
+void Renderer::render(const SourceImage& src, const CropWindow& crop, const Draws& d, const AugmentOptions& o,
+                      void* dst) {
+  if (src.channels == 3) {
+    render_c<3>(src, crop, d, o, dst);
+  } else if (src.channels == 1) {
+    render_c<1>(src, crop, d, o, dst);
   } else {
-    fail(Code::kInvalidArgument, "images with ", channels, " channels are not supported (1 or 3)");
+    fail(Code::kInvalidArgument, "images with ", src.channels, " channels are not supported (1 or 3)");
   }
 }
 

@@ -64,22 +64,49 @@ Draws draw_sample(int width, int height, const std::vector<BBox>& boxes, const A
 // Bytes of one output sample.
 size_t sample_bytes(const AugmentOptions& o, int channels);
 
-// Writes one sample (channels 1 or 3) from a u8 HWC source region into dst, which
-// points at the sample's slot (C*H*W elements in the layout of o). The crop is given
-// in source pixels (fractional). Holds scratch rows; one per thread.
+// A u8 HWC image a sample is rendered from: a decoded window of a JPEG, or a raw
+// sample's pixels. Borrowed.
+struct SourceImage {
+  const uint8_t* pixels = nullptr;
+  int width = 0, height = 0;
+  size_t stride = 0;  // bytes from one row to the next
+  int channels = 3;   // 1 or 3
+};
+
+// The part of a SourceImage that becomes the sample, in source pixels (fractional; under
+// pad-crop it may reach outside the image).
+struct CropWindow {
+  float x = 0, y = 0, w = 0, h = 0;
+};
+
+// Writes one sample from the crop window of an image into dst, which points at the
+// sample's slot (C*H*W elements in the layout of o): bilinear resampling to out_w x
+// out_h, the flips, the colour jitter and the normalisation of `d` and `o`. Holds
+// scratch rows; one per thread.
 class Renderer {
  public:
-  void render(const uint8_t* src, int src_w, int src_h, size_t stride, int channels, float crop_x, float crop_y,
-              float crop_w, float crop_h, const Draws& d, const AugmentOptions& o, void* dst);
+  void render(const SourceImage& src, const CropWindow& crop, const Draws& d, const AugmentOptions& o, void* dst);
 
  private:
+  // Its passes, for images of C channels.
   template <int C>
-  void render_c(const uint8_t* src, int src_w, int src_h, size_t stride, float crop_x, float crop_y, float crop_w,
-                float crop_h, const Draws& d, const AugmentOptions& o, void* dst);
-  std::vector<int> x0_, x1_;
-  std::vector<float> wx_;
+  void render_c(const SourceImage& src, const CropWindow& crop, const Draws& d, const AugmentOptions& o, void* dst);
+  template <int C>
+  void plan_columns(const SourceImage& src, const CropWindow& crop, const Draws& d, int out_w);
+  template <int C>
+  void blend_rows(const SourceImage& src, float fy, bool zeros_outside);
+  template <int C>
+  void taps(int out_w, float k, float* out) const;
+  template <int C>
+  void taps_to_planes(int out_w, size_t plane, int out_y, const float* scale, const float* bias, void* dst) const;
+  template <int C>
+  void finish_colour(const Draws& d, const double* sums, const AugmentOptions& o, void* dst);
+
+  std::vector<int> x0_, x1_;  // per output column: the two source taps in row_a_
+  std::vector<float> wx_;     // and the weight of the second
+  int lo_ = 0, span_ = 0;     // the source columns in use: from lo_, span_ values
   std::vector<float> row_a_, row_;
-  std::vector<float> image_;
+  std::vector<float> image_;  // the whole sample while colour jitter needs its means
 };
 
 // Fills a sample slot with zeros (padding).

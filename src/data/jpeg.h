@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "data/augment.h"
 #include "data/example.h"
 
 namespace cohort::data {
@@ -39,6 +40,10 @@ struct DecodedWindow {
   size_t stride = 0;          // bytes per row
   float crop_x = 0, crop_y = 0, crop_w = 0, crop_h = 0;
   int scale_num = 8;  // decoded at scale_num / 8
+
+  // What a Renderer takes: the decoded rows, and the crop within them.
+  SourceImage image() const { return {pixels, width, height, stride, 3}; }
+  CropWindow crop() const { return {crop_x, crop_y, crop_w, crop_h}; }
 };
 
 // One decoder per thread; reuses its libjpeg object and buffers between images.

@@ -12,7 +12,8 @@
 namespace cohort::mpi_process {
 namespace {
 
-// The only process-wide mutable state in cohort besides logging (DESIGN.md).
+// The only process-wide mutable state in cohort besides logging (docs/design.md,
+// "Threads and who owns what").
 struct State {
   std::mutex mu;
   bool we_initialized = false;

@@ -7,7 +7,7 @@
 #include "core/crc32c.h"
 #include "core/logging.h"
 #include "core/strings.h"
-#include "train/json_writer.h"
+#include "core/json.h"
 
 namespace cohort::instrument {
 namespace {

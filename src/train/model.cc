@@ -21,8 +21,6 @@ std::shared_ptr<backend::Backend> make_backend(Runtime& runtime, const Config& c
   return backend::make_backend(runtime.device(), threads, o);
 }
 
-bool is_set(const Config& config, const char* key) { return config.source(key) != OptionSource::kDefault; }
-
 // `type` spells the dtype as DLPack users know it ("float32").
 void check_compact(const Tensor& t, const char* what, DType dtype, const char* type, Device device) {
   require(t.device().is_host() || t.device() == device, what, " must be host memory (kDLCPU)",
@@ -53,7 +51,7 @@ Model::Model(std::shared_ptr<Runtime> runtime, std::string name, std::unique_ptr
 std::shared_ptr<Model> Model::from_zoo(std::shared_ptr<Runtime> runtime, const std::string& name,
                                        const Config& config) {
   runtime->check_open("creating a model");
-  if (is_set(config, "model")) {
+  if (config.is_explicit("model")) {
     const std::string option = config.get_string("model");
     require(option == name, "the model name '", name, "' disagrees with the option model=", option,
             " of the configuration; pass the same name, or unset the option");
@@ -69,7 +67,7 @@ std::shared_ptr<Model> Model::custom(std::shared_ptr<Runtime> runtime, const Sha
   runtime->check_open("creating a model");
   require(input.size() == 1 || input.size() == 3, "the input shape must have 1 ({F}) or 3 ({C, H, W}) dimensions, got ",
           input.size());
-  std::string name = is_set(config, "model") ? config.get_string("model") : "custom";
+  std::string name = config.is_explicit("model") ? config.get_string("model") : "custom";
   return std::shared_ptr<Model>(new Model(std::move(runtime), std::move(name), std::make_unique<Graph>(input), config));
 }
 

@@ -12,7 +12,7 @@ namespace {
 
 // Gives `key` the model's value unless the configuration already says the same.
 void take_from_model(Config& config, const Model& model, const char* key, int64_t value, const char* what) {
-  if (config.source(key) != OptionSource::kDefault && config.get_int(key) != value)
+  if (config.is_explicit(key) && config.get_int(key) != value)
     fail(Code::kInvalidArgument, "the option ", key, "=", config.get_int(key), " disagrees with model '", model.name(),
          "', which takes ", what, " ", value, "; unset the option or build the model with it");
   config.set(key, std::to_string(value));

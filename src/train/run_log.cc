@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "core/config.h"
 #include "core/status.h"
 #include "data/tfrecord.h"
 
@@ -157,6 +158,11 @@ void RunLog::evaluation(int64_t step, double top1, double top5, double loss) {
                                          {{"eval/top1", static_cast<float>(top1)},
                                           {"eval/top5", static_cast<float>(top5)},
                                           {"eval/loss", static_cast<float>(loss)}}));
+}
+
+std::unique_ptr<RunLog> open_run_log(const Config& config, int rank) {
+  if (rank != 0) return nullptr;
+  return std::make_unique<RunLog>(config.get_string("tensorboard_dir"), config.get_string("log_csv"));
 }
 
 }  // namespace cohort::train

@@ -13,6 +13,10 @@
 #include <utility>
 #include <vector>
 
+namespace cohort {
+class Config;
+}
+
 namespace cohort::train {
 
 // One step as the trainer saw it.
@@ -48,6 +52,11 @@ class RunLog {
   std::unique_ptr<Appender> events_, csv_;
   std::string event_path_;
 };
+
+// The log of a run on `rank`, in the files the options tensorboard_dir and log_csv of
+// `config` name. Only rank 0 writes: on every other rank, nullptr (a log that records
+// nothing), and no file is touched.
+std::unique_ptr<RunLog> open_run_log(const Config& config, int rank);
 
 // The tensorflow.Event protocol buffers written, one record each (for tests).
 std::string encode_file_version_event(double wall_time);

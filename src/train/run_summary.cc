@@ -1,9 +1,22 @@
 #include "train/run_summary.h"
 
+#include <algorithm>
+
+#include "core/json.h"
 #include "core/status.h"
-#include "train/json_writer.h"
+#include "core/strings.h"
 
 namespace cohort {
+
+RunSummary::InputStages input_stages(const data::PipelineStats& p) {
+  const double images = static_cast<double>(std::max<int64_t>(1, p.decoded));
+  return {p.read_cpu_s / images,
+          p.decode_cpu_s / images,
+          p.augment_cpu_s / images,
+          p.assemble_cpu_s / images,
+          p.elapsed_s > 0 ? static_cast<double>(p.bytes_read) / p.elapsed_s : 0,
+          p.limiting_stage};
+}
 
 std::string run_summary_json(const RunSummary& s) {
   JsonObject rates;
@@ -58,8 +71,10 @@ std::string run_summary_json(const RunSummary& s) {
   }
   for (const auto& [key, value] : s.extra) {
     require(!value.empty(), "run summary: extra field '", key, "' has no value");
-    require(o.str().find(json_string(key) + ": ") == std::string::npos, "run summary: extra field '", key,
-            "' would repeat a field of the summary");
+    require(!o.has(key), "run summary: extra field '", key, "' would repeat a field of the summary");
+    const auto parsed =
+        parse_json_members(cat(json_string(key), ": ", value), cat("run summary: extra field '", key, "'"));
+    require(parsed.size() == 1, "run summary: extra field '", key, "' is not one JSON value: ", value);
     o.add_raw(key, value);
   }
   return o.str();

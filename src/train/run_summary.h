@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/pipeline_stats.h"
 #include "train/metrics.h"
 
 namespace cohort {
@@ -47,9 +48,17 @@ struct RunSummary {
     std::string limiting_stage;
   };
   std::optional<InputStages> input;
-  // Further fields, appended after the fixed ones: key → JSON value text.
+  // Further fields, appended after the fixed ones in order: key → the text of one JSON
+  // value. A key that repeats a field written before it (a fixed one, or an earlier
+  // extra one) is an error, so a reader never meets the same key twice.
   std::vector<std::pair<std::string, std::string>> extra;
 };
+
+// A training pipeline's statistics (one rank's, or summed over ranks) as the summary's
+// input stages: each stage's CPU seconds per decoded image (at least one image), the
+// bytes read per second of elapsed time (0 before any time has passed) and the stage
+// that limits.
+RunSummary::InputStages input_stages(const data::PipelineStats& stats);
 
 inline constexpr const char* kRunSummarySchema = "cohort.run/1";
 
@@ -62,6 +71,8 @@ inline constexpr const char* kRunSummarySchema = "cohort.run/1";
 //  ["variable_update": …, "workers": …, "servers": …, ["staleness": {"mean", "max"}]],
 //  ["input": {"cpu_s_per_image": {"read", "decode", "augment", "assemble", "total"},
 //             "read_bytes_per_s": …, "limiting_stage": …}], extra…}
+// Throws kInvalidArgument naming an extra field that has no value, is not one JSON
+// value or repeats a key.
 std::string run_summary_json(const RunSummary& s);
 
 }  // namespace cohort

@@ -175,6 +175,12 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
   return st;
 }
 
+StepStats Trainer::train_step_without_batch() {
+  require(!exchange_->info().worker, "batch is NULL, but this rank computes: only a dedicated parameter server ",
+          "(ps_dedicated) steps without a batch");
+  return train_step(Tensor{}, Tensor{}, 0);
+}
+
 void Trainer::save_checkpoint(const std::string& dir, const RunPosition& position) {
   check_open();
   require(!dir.empty(), "dir is empty");

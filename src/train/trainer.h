@@ -90,6 +90,9 @@ class Trainer {
   // this worker and the servers only). A rank without valid rows takes part with a zero
   // gradient. On a dedicated parameter server it does nothing (and reads no batch).
   StepStats train_step(const Tensor& images, const Tensor& labels, int64_t valid);
+  // A step without a batch: what a dedicated parameter server, which reads no data,
+  // takes. Throws kInvalidArgument on a rank that computes.
+  StepStats train_step_without_batch();
   // What this rank does in its variable_update mode, and its server's counts.
   ExchangeInfo exchange_info() const { return exchange_->info(); }
 

@@ -32,6 +32,10 @@ const char* variable_update_name(VariableUpdate mode) {
   return "unknown";
 }
 
+bool workers_in_lockstep(VariableUpdate mode) {
+  return mode == VariableUpdate::kReplicated || mode == VariableUpdate::kParameterServer;
+}
+
 Roles Roles::from_config(const Config& config, int ranks) {
   Roles r;
   r.mode = parse_variable_update(config.get_string("variable_update"));

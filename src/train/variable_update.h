@@ -29,6 +29,10 @@ enum class VariableUpdate { kReplicated, kParameterServer, kAsyncParameterServer
 // Throws kInvalidArgument listing the four names.
 VariableUpdate parse_variable_update(std::string_view name);
 const char* variable_update_name(VariableUpdate mode);
+// Whether the workers' steps move together: one update takes every worker's gradients
+// (replicated, parameter_server), so one worker's step time is every worker's. With
+// async_parameter_server and independent each worker runs at its own pace.
+bool workers_in_lockstep(VariableUpdate mode);
 
 // Which ranks compute (workers) and which hold variables (servers).
 struct Roles {

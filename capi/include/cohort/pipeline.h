@@ -195,6 +195,18 @@ COHORT_API cohort_status_t cohort_pipeline_next(cohort_pipeline_t* pipeline, coh
  */
 COHORT_API cohort_status_t cohort_pipeline_seek(cohort_pipeline_t* pipeline, int64_t epoch, int64_t step);
 
+/**
+ * @brief Where the batch the next cohort_pipeline_next() returns lies: its epoch and its
+ *        step within the epoch. After the last batch of an epoch that is step 0 of the
+ *        next epoch. These are the `pipeline_epoch` and `pipeline_step` a checkpoint saved
+ *        now records, and what cohort_pipeline_seek() takes to resume there.
+ * @param pipeline The pipeline.
+ * @param epoch    Receives the epoch (may be NULL).
+ * @param step     Receives the step (may be NULL).
+ * @return ::COHORT_OK, or ::COHORT_ERR_INVALID_ARGUMENT for a NULL pipeline. Not collective.
+ */
+COHORT_API cohort_status_t cohort_pipeline_position(const cohort_pipeline_t* pipeline, int64_t* epoch, int64_t* step);
+
 /** @brief Fills the pipeline's geometry and epoch size. Thread-safe with next(). */
 COHORT_API cohort_status_t cohort_pipeline_info(const cohort_pipeline_t* pipeline, cohort_pipeline_info_t* info);
 

@@ -136,6 +136,10 @@ typedef struct cohort_optimizer_info_t {
   double staleness_sum;        /**< Over those updates: how many updates the variables had moved since the
                                     pushing worker pulled them (always 0 with `parameter_server`). */
   int64_t staleness_max;       /**< The most of them; at most (workers - 1) x (2 x `ps_max_lead` + 1). */
+  int lockstep;                /**< 1 when the workers' steps move together (replicated, parameter_server):
+                                    one update takes every worker's gradients, so one worker's step time is
+                                    every worker's. 0 when each runs at its own pace (async_parameter_server,
+                                    independent): images/sec is then each worker's own rate, summed. */
 } cohort_optimizer_info_t;
 
 /**
@@ -321,7 +325,11 @@ typedef struct cohort_run_summary_t {
   double top1;                          /**< Top-1 accuracy in [0, 1]. */
   double top5;                          /**< Top-5 accuracy in [0, 1]. */
   double wall_s;                        /**< Seconds of the whole run. */
-  const char* extra_json;               /**< NULL, or further `"key": value` pairs appended as written. */
+  const char* extra_json;               /**< NULL, or further `"key": value` members (JSON, comma-separated,
+                                             without braces) appended after the fixed ones, values as written.
+                                             Text that is not such members, or a key that repeats one written
+                                             before it (a field of the summary or an earlier extra one), is
+                                             ::COHORT_ERR_INVALID_ARGUMENT naming it. */
   const char* variable_update;          /**< NULL, or the mode (cohort_optimizer_info()): written with
                                              "workers" and "servers" after "wall_s". */
   int64_t workers;                      /**< With variable_update: ranks that compute. */
@@ -342,7 +350,7 @@ typedef struct cohort_run_summary_t {
  * @param size    Bytes available in @p buffer.
  * @param needed  Receives the bytes needed, terminating NUL included (may be NULL).
  * @return ::COHORT_OK, or ::COHORT_ERR_INVALID_ARGUMENT when @p buffer is too small
- *         (then @p needed says how much).
+ *         (then @p needed says how much) or `extra_json` is not valid (see its field).
  */
 COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* summary, char* buffer, size_t size,
                                                    size_t* needed);

@@ -118,7 +118,7 @@ class CheckpointInfo(Structure):  # cohort_checkpoint_info_t (train.h)
 class OptimizerInfo(Structure):  # cohort_optimizer_info_t (train.h)
     _fields_ = [("struct_size", c_size_t), ("variable_update", c_char_p), ("worker", c_int), ("server", c_int),
                 ("workers", c_int), ("servers", c_int), ("worker_index", c_int64), ("updates", c_int64),
-                ("staleness_sum", c_double), ("staleness_max", c_int64)]
+                ("staleness_sum", c_double), ("staleness_max", c_int64), ("lockstep", c_int)]
 
 
 class StepRecord(Structure):  # cohort_step_record_t (train.h)
@@ -264,6 +264,7 @@ FUNCTIONS = {
     "cohort_pipeline_destroy": (None, [H]),
     "cohort_pipeline_next": (STATUS, [H, POINTER(Batch)]),
     "cohort_pipeline_seek": (STATUS, [H, c_int64, c_int64]),
+    "cohort_pipeline_position": (STATUS, [H, I64P, I64P]),
     "cohort_pipeline_info": (STATUS, [H, POINTER(PipelineInfo)]),
     "cohort_pipeline_steps_per_epoch": (STATUS, [H, I64P]),
     "cohort_pipeline_stats": (STATUS, [H, POINTER(PipelineStats)]),

@@ -757,6 +757,13 @@ class Pipeline(_Handle):
     def seek(self, epoch, step):
         lib().cohort_pipeline_seek(self.handle, epoch, step)
 
+    def position(self):
+        """(epoch, step) of the batch next() returns: what a checkpoint saved now records
+        as pipeline_epoch and pipeline_step, and what seek() resumes from."""
+        epoch, step = c_int64(), c_int64()
+        lib().cohort_pipeline_position(self.handle, byref(epoch), byref(step))
+        return epoch.value, step.value
+
     def info(self):
         """dataset_size, steps_per_epoch, samples_per_epoch, batch_size, num_classes,
         channels, height, width, reader_threads, decode_threads, prefetch_depth."""

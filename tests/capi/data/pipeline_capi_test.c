@@ -74,6 +74,8 @@ static void null_arguments_are_rejected(void** state) {
   INIT(stats);
   assert_int_equal(cohort_pipeline_stats(NULL, &stats), COHORT_ERR_INVALID_ARGUMENT);
   assert_int_equal(cohort_pipeline_seek(NULL, 0, 0), COHORT_ERR_INVALID_ARGUMENT);
+  int64_t at_epoch = 0, at_step = 0;
+  assert_int_equal(cohort_pipeline_position(NULL, &at_epoch, &at_step), COHORT_ERR_INVALID_ARGUMENT);
   assert_int_equal(cohort_pipeline_verdict(NULL, NULL, 0, NULL), COHORT_ERR_INVALID_ARGUMENT);
   DLTensor images, labels;
   memory_tensors(&images, &labels);
@@ -173,7 +175,14 @@ static void memory_batches_cover_the_epoch_and_resume(void** state) {
     if (step == 2) third_step_first_pixel = ((uint8_t*)b.images.data)[0];
   }
   for (int i = 0; i < 30; ++i) assert_int_equal(seen[i], 1);
+  /* After the last batch of epoch 0, the next one is step 0 of epoch 1. */
+  int64_t at_epoch = -1, at_step = -1;
+  assert_int_equal(cohort_pipeline_position(p, &at_epoch, &at_step), COHORT_OK);
+  assert_true(at_epoch == 1 && at_step == 0);
   assert_int_equal(cohort_pipeline_seek(p, 0, 2), COHORT_OK);
+  assert_int_equal(cohort_pipeline_position(p, &at_epoch, NULL), COHORT_OK);
+  assert_int_equal(cohort_pipeline_position(p, NULL, &at_step), COHORT_OK);
+  assert_true(at_epoch == 0 && at_step == 2);
   cohort_batch_t b;
   INIT(b);
   assert_int_equal(cohort_pipeline_next(p, &b), COHORT_OK);

@@ -116,6 +116,7 @@ static void variable_update_modes(void** state) {
     const int ps = k == 1 || k == 2;
     assert_true(info.worker == 1 && info.server == ps && info.workers == 1 && info.servers == ps &&
                 info.worker_index == 0 && info.updates == 0);
+    assert_int_equal(info.lockstep, k < 2); /* replicated and parameter_server */
     batch_t bt;
     make_batch(&bt, 8, 8);
     for (int step = 0; step < 3; ++step) assert_int_equal(cohort_optimizer_train_step(opt, &bt.b, NULL), COHORT_OK);
@@ -516,6 +517,14 @@ static void metrics_and_summary(void** state) {
   assert_non_null(strstr(buf, "\"loss\": null, \"top1\": null, \"top5\": null, \"wall_s\": 0, \"note\": 1}"));
   assert_error(cohort_run_summary_json(&s, buf, 10, &needed), COHORT_ERR_INVALID_ARGUMENT, "cohort_run_summary_json",
                "too small");
+  /* extra_json must be JSON members, and none may repeat a key written before it. */
+  s.extra_json = "\"note\": 1,";
+  assert_error(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_run_summary_json", "summary->extra_json: expected a string at byte 10");
+  s.extra_json = "\"loss\": 1";
+  assert_error(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_run_summary_json", "extra field 'loss' would repeat a field of the summary");
+  s.extra_json = "\"note\": 1";
   s.struct_size = 8;
   assert_error(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_ERR_INVALID_ARGUMENT,
                "cohort_run_summary_json", "struct_size");

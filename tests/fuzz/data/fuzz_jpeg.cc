@@ -56,8 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!crop_ok) return 0;
   try {
     auto win = decoder.decode_window(jpeg, d.crop.x, d.crop.y, d.crop.w, d.crop.h, o.out_w, o.out_h);
-    renderer.render(win.pixels, win.width, win.height, win.stride, 3, win.crop_x, win.crop_y, win.crop_w, win.crop_h, d,
-                    o, out.data());
+    renderer.render(win.image(), win.crop(), d, o, out.data());
   } catch (const cohort::Error& e) {
     std::fprintf(stderr, "a verified file failed to decode at its crop: %s\n", e.what());
     __builtin_trap();

@@ -120,6 +120,45 @@ TEST_F(ConfigTest, PrecedenceExplicitOverEnvironmentOverDefault) {
   EXPECT_EQ(c.get_int("batch_size"), 32);
 }
 
+TEST_F(ConfigTest, AnEnvironmentVariableCountsAsExplicit) {
+  Config c;
+  EXPECT_FALSE(c.is_explicit("batch_size"));
+  setenv("COHORT_BATCH_SIZE", "32", 1);
+  EXPECT_TRUE(c.is_explicit("batch_size"));
+  unsetenv("COHORT_BATCH_SIZE");
+  c.set("batch_size", "64");  // the default's value, set: still the user's choice
+  EXPECT_TRUE(c.is_explicit("batch-size"));
+  EXPECT_THROW(c.is_explicit("batchsize"), Error);
+}
+
+TEST_F(ConfigTest, TypedSettersTakeTheirKeyTypesOnly) {
+  Config c;
+  c.set_int("batch_size", 256);
+  EXPECT_EQ(c.get_int("batch_size"), 256);
+  c.set_int("lr", 2);  // an int is a number for a float key
+  EXPECT_EQ(c.get_float("lr"), 2.0);
+  c.set_float("lr", 0.25);
+  EXPECT_EQ(c.get_string("lr"), "0.25");
+  c.set_bool("json", true);
+  EXPECT_TRUE(c.get_bool("json"));
+  auto message = [](auto fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kInvalidArgument);
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message([&] { c.set_int("precision", 3); }).find("option 'precision' is not a number: it takes "),
+            std::string::npos);
+  EXPECT_NE(message([&] { c.set_float("json", 1.0); }).find("option 'json' is not a number"), std::string::npos);
+  EXPECT_NE(message([&] { c.set_bool("lr", true); }).find("option 'lr' is not a bool: it takes "), std::string::npos);
+  EXPECT_NE(message([&] { c.set_float("lr", -1.0); }).find("lr"), std::string::npos);  // out of range, as set()
+  EXPECT_NE(message([&] { c.set_int("nope", 1); }).find("unknown option 'nope'"), std::string::npos);
+  EXPECT_EQ(c.get_float("lr"), 0.25);  // failed sets change nothing
+}
+
 TEST_F(ConfigTest, BadEnvironmentValueNamesTheVariable) {
   setenv("COHORT_BATCH_SIZE", "lots", 1);
   Config c;

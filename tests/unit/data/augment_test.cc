@@ -130,13 +130,13 @@ TEST(Render, IdentityCropIsACopyInEveryLayoutAndDtype) {
     o.nhwc = nhwc;
     o.dtype = DType::kU8;
     std::vector<uint8_t> u8(static_cast<size_t>(W) * H * 3);
-    r.render(src.data(), W, H, W * 3, 3, 0, 0, W, H, d, o, u8.data());
+    r.render({src.data(), W, H, static_cast<size_t>(W * 3), 3}, {0, 0, W, H}, d, o, u8.data());
     o.dtype = DType::kF32;
     std::vector<float> f32(u8.size());
-    r.render(src.data(), W, H, W * 3, 3, 0, 0, W, H, d, o, f32.data());
+    r.render({src.data(), W, H, static_cast<size_t>(W * 3), 3}, {0, 0, W, H}, d, o, f32.data());
     o.dtype = DType::kF16;
     std::vector<uint16_t> f16(u8.size());
-    r.render(src.data(), W, H, W * 3, 3, 0, 0, W, H, d, o, f16.data());
+    r.render({src.data(), W, H, static_cast<size_t>(W * 3), 3}, {0, 0, W, H}, d, o, f16.data());
     for (int y = 0; y < H; ++y)
       for (int x = 0; x < W; ++x)
         for (int c = 0; c < 3; ++c) {
@@ -160,12 +160,12 @@ TEST(Render, FlipsMirrorTheOutput) {
   Renderer r;
   Draws d;
   std::vector<uint8_t> plain(W * H), lr(W * H), ud(W * H);
-  r.render(src.data(), W, H, W, 1, 0, 0, W, H, d, o, plain.data());
+  r.render({src.data(), W, H, static_cast<size_t>(W), 1}, {0, 0, W, H}, d, o, plain.data());
   d.flip_lr = true;
-  r.render(src.data(), W, H, W, 1, 0, 0, W, H, d, o, lr.data());
+  r.render({src.data(), W, H, static_cast<size_t>(W), 1}, {0, 0, W, H}, d, o, lr.data());
   d.flip_lr = false;
   d.flip_ud = true;
-  r.render(src.data(), W, H, W, 1, 0, 0, W, H, d, o, ud.data());
+  r.render({src.data(), W, H, static_cast<size_t>(W), 1}, {0, 0, W, H}, d, o, ud.data());
   for (int y = 0; y < H; ++y)
     for (int x = 0; x < W; ++x) {
       EXPECT_EQ(lr[y * W + x], plain[y * W + (W - 1 - x)]);
@@ -184,7 +184,7 @@ TEST(Render, CropResamplesItsWindow) {
   Draws d;
   std::vector<uint8_t> out(25);
   // 2x downscale of the window at (10, 4) size 10x10: centres at 10.5 + 2i, 4.5 + 2j.
-  r.render(src.data(), W, H, W, 1, 10, 4, 10, 10, d, o, out.data());
+  r.render({src.data(), W, H, static_cast<size_t>(W), 1}, {10, 4, 10, 10}, d, o, out.data());
   for (int j = 0; j < 5; ++j)
     for (int i = 0; i < 5; ++i) {
       double want = (10.5 + 2 * i) + 10 * (4.5 + 2 * j);
@@ -212,7 +212,7 @@ TEST(Render, ColourJitterMatchesTheFormulasPerPixel) {
   for (int order : {0, 1}) {
     d.order = order;
     std::vector<float> out(W * H * 3);
-    r.render(src.data(), W, H, W * 3, 3, 0, 0, W, H, d, o, out.data());
+    r.render({src.data(), W, H, static_cast<size_t>(W * 3), 3}, {0, 0, W, H}, d, o, out.data());
     // Reference: the distort_color sequence on the whole image.
     std::vector<float> img(src.size());
     for (size_t i = 0; i < src.size(); ++i) img[i] = src[i] / 255.0f + d.brightness;

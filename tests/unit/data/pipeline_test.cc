@@ -79,6 +79,9 @@ TEST(Pipeline, CoversTheEpochWithPaddedLastBatch) {
         EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], 1);
       }
       for (int64_t i = b.valid; i < 8; ++i) EXPECT_EQ(b.valid_mask.data_as<uint8_t>()[i], 0);
+      // The next batch's place: the following step, or step 0 of the next epoch.
+      EXPECT_EQ(p.position().epoch, step == 6 ? epoch + 1 : epoch);
+      EXPECT_EQ(p.position().step, step == 6 ? 0 : step + 1);
     }
     EXPECT_EQ(seen.size(), 50u);
   }
@@ -170,10 +173,52 @@ TEST(Pipeline, ResumesAtEpochAndStep) {
   o.start_epoch = 1;
   o.start_step = 2;  // 5 steps per epoch: global step 7
   Pipeline q(o, set.source);
+  EXPECT_EQ(q.position().epoch, 1);
+  EXPECT_EQ(q.position().step, 2);
   const BatchView& b = q.next();
   EXPECT_EQ(b.epoch, 1);
   EXPECT_EQ(b.step, 2);
   EXPECT_EQ(batch_bytes(b), straight[7]);
+}
+
+TEST(SeekablePipeline, SeeksWithinTheSameOrderAndRefusesPositionsOutsideIt) {
+  RawSet set(40);
+  auto o = options({{"augment", "standard"}, {"image_dtype", "f32"}});
+  std::vector<std::vector<uint8_t>> straight;
+  {
+    Pipeline p(o, set.source);
+    for (int i = 0; i < 5 + 3; ++i) straight.push_back(batch_bytes(p.next()));
+  }
+  SeekablePipeline sp(o, set.source);
+  sp.pipeline().next();
+  straight.push_back([&] {
+    Pipeline p(o, set.source);
+    for (int i = 0; i < 8; ++i) p.next();
+    return batch_bytes(p.next());
+  }());           // global step 8
+  sp.seek(1, 2);  // 5 steps per epoch: global step 7
+  const BatchView& b = sp.pipeline().next();
+  EXPECT_EQ(b.epoch, 1);
+  EXPECT_EQ(b.step, 2);
+  EXPECT_EQ(batch_bytes(b), straight[7]);
+  EXPECT_EQ(sp.options().start_step, 2);
+  // Positions outside the order are refused and change nothing.
+  EXPECT_THROW(sp.seek(-1, 0), Error);
+  EXPECT_THROW(sp.seek(0, 5), Error);
+  EXPECT_THROW(sp.seek(0, -1), Error);
+  EXPECT_EQ(batch_bytes(sp.pipeline().next()), straight[8]);
+}
+
+TEST(SeekablePipeline, OpensTheSourceTheOptionsNameAndKeepsItAcrossSeeks) {
+  TempDir dir;
+  make_shards(dir, 8, 1);
+  auto o = options({{"data_dir", dir.path.c_str()}, {"image_size", "16"}, {"label_offset", "-1"}});
+  SeekablePipeline sp(o);  // the source the options name
+  EXPECT_EQ(sp.source().size(), 8);
+  EXPECT_EQ(sp.source().kind(), "tfrecord");
+  sp.seek(2, 0);
+  EXPECT_EQ(sp.pipeline().next().epoch, 2);
+  EXPECT_EQ(sp.source().size(), 8);
 }
 
 std::string corrupt_shard(const TempDir& dir) {

@@ -6,9 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "core/json.h"
 #include "core/status.h"
+#include "data/pipeline_stats.h"
 #include "json_parse.h"
-#include "train/json_writer.h"
 #include "train/metrics.h"
 #include "train/run_summary.h"
 
@@ -190,6 +191,79 @@ TEST(RunSummary, DivergedLossIsNullAndExtraFieldsAppend) {
   EXPECT_EQ(j.members.back().value.text, "x");
   s.extra = {{"loss", "1"}};
   EXPECT_THROW(run_summary_json(s), Error);
+}
+
+// The message of the kInvalidArgument error run_summary_json throws for s ("" for none).
+std::string summary_error(const RunSummary& s) {
+  try {
+    run_summary_json(s);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(RunSummary, AnExtraKeyMayNotRepeatAnyKeyBeforeIt) {
+  RunSummary s = sample_summary();
+  s.extra = {{"wall_s", "1"}};  // a fixed field
+  EXPECT_NE(summary_error(s).find("extra field 'wall_s' would repeat a field"), std::string::npos);
+  s.extra = {{"note", "1"}, {"note", "2"}};  // an earlier extra one
+  EXPECT_NE(summary_error(s).find("extra field 'note' would repeat a field"), std::string::npos);
+  s.variable_update = "replicated";  // fields written only with a mode count too
+  s.extra = {{"workers", "3"}};
+  EXPECT_NE(summary_error(s).find("'workers' would repeat"), std::string::npos);
+  // A key that only appears inside a value is no repeat.
+  s.data = "\"note\": 1";
+  s.extra = {{"note", "1"}};
+  EXPECT_EQ(summary_error(s), "");
+}
+
+TEST(RunSummary, AnExtraValueIsOneJsonValue) {
+  RunSummary s = sample_summary();
+  s.extra = {{"note", ""}};
+  EXPECT_NE(summary_error(s).find("extra field 'note' has no value"), std::string::npos);
+  s.extra = {{"note", "1, \"more\": 2"}};
+  EXPECT_NE(summary_error(s).find("extra field 'note' is not one JSON value"), std::string::npos);
+  s.extra = {{"note", "{\"a\": "}};
+  EXPECT_NE(summary_error(s).find("extra field 'note'"), std::string::npos);
+  s.extra = {{"note", " [1, {\"a\": \"b\"}] "}};
+  EXPECT_EQ(parse_json(run_summary_json(s)).at("note").items.size(), 2u);
+}
+
+TEST(RunSummary, ExtraFieldsFromJsonTextKeepTheirOrder) {
+  RunSummary s = sample_summary();
+  s.extra = parse_json_members(R"("skipped": 3, "note": {"k": [1]})", "extra_json");
+  Json j = parse_json(run_summary_json(s));
+  ASSERT_GE(j.members.size(), 2u);
+  EXPECT_EQ(j.members[j.members.size() - 2].key, "skipped");
+  EXPECT_EQ(j.members.back().key, "note");
+  EXPECT_EQ(j.at("note").at("k").items.at(0).number, 1);
+}
+
+TEST(RunSummary, InputStagesArePerDecodedImage) {
+  data::PipelineStats p;
+  p.decoded = 4;
+  p.read_cpu_s = 1;
+  p.decode_cpu_s = 2;
+  p.augment_cpu_s = 0.5;
+  p.assemble_cpu_s = 0.25;
+  p.bytes_read = 3000;
+  p.elapsed_s = 1.5;
+  p.limiting_stage = "decode";
+  const RunSummary::InputStages in = input_stages(p);
+  EXPECT_DOUBLE_EQ(in.read, 0.25);
+  EXPECT_DOUBLE_EQ(in.decode, 0.5);
+  EXPECT_DOUBLE_EQ(in.augment, 0.125);
+  EXPECT_DOUBLE_EQ(in.assemble, 0.0625);
+  EXPECT_DOUBLE_EQ(in.read_bytes_per_s, 2000);
+  EXPECT_EQ(in.limiting_stage, "decode");
+  // Before any image or any time: one image counted, no rate.
+  p.decoded = 0;
+  p.elapsed_s = 0;
+  const RunSummary::InputStages early = input_stages(p);
+  EXPECT_DOUBLE_EQ(early.read, 1);
+  EXPECT_DOUBLE_EQ(early.read_bytes_per_s, 0);
 }
 
 }  // namespace

@@ -117,6 +117,13 @@ TEST(VariableUpdate, RolesFollowTheOptions) {
   EXPECT_THROW(parse_variable_update("distributed_replicated"), Error);
 }
 
+TEST(VariableUpdate, OnlyTheSynchronousModesStepInLockstep) {
+  EXPECT_TRUE(workers_in_lockstep(VariableUpdate::kReplicated));
+  EXPECT_TRUE(workers_in_lockstep(VariableUpdate::kParameterServer));
+  EXPECT_FALSE(workers_in_lockstep(VariableUpdate::kAsyncParameterServer));
+  EXPECT_FALSE(workers_in_lockstep(VariableUpdate::kIndependent));
+}
+
 TEST(VariableUpdate, GreedyPlacementGivesEachVariableToTheLeastLoadedServer) {
   // In the model's order: 100 → s0, 10 → s1, 10 → s1 (20 < 100), 50 → s1 (70), 40 → s1 (110
   // > 100? no: s1 holds 70 < 100), 5 → s0.

@@ -200,6 +200,19 @@ TEST(Trainer, StepsLearnAndPaddingDoesNotCount) {
   EXPECT_THROW(t.train_step(b.images, b.labels, 7), Error);
 }
 
+TEST(Trainer, OnlyADedicatedServerStepsWithoutABatch) {
+  auto m = tiny(config());
+  Trainer t(m, config());
+  try {
+    t.train_step_without_batch();
+    FAIL() << "a rank that computes stepped without a batch";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Code::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("only a dedicated parameter server"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(t.steps(), 0);
+}
+
 TEST(Trainer, KeepsItsModelAlive) {
   std::weak_ptr<Model> watch;
   {
