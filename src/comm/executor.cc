@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "kernels/copy.h"
+#include "core/copy.h"
 
 namespace cohort::comm {
 namespace {
@@ -164,7 +164,7 @@ void Executor::allreduce_fused(const std::vector<Response*>& batch) {
     size_t n = nbytes(r->agreed);
     if (TensorEntry* e = negotiator_.entry(r->name)) {
       e->ready.synchronize();
-      if (n) kernels::copy_bytes(fusion_.data() + offset, e->input.data(), n);
+      if (n) copy_bytes(fusion_.data() + offset, e->input.data(), n);
     } else {
       host_.zero(fusion_.data() + offset, n);  // a rank that has joined contributes zeros
     }
@@ -180,7 +180,7 @@ void Executor::allreduce_fused(const std::vector<Response*>& batch) {
   for (Response* r : batch) {
     size_t n = nbytes(r->agreed);
     TensorEntry* e = negotiator_.entry(r->name);
-    if (e && n) kernels::copy_bytes(e->output.data(), fusion_.data() + offset, n);
+    if (e && n) copy_bytes(e->output.data(), fusion_.data() + offset, n);
     offset += n;
   }
   int64_t t3 = Timeline::now_us();

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "kernels/copy.h"
+#include "core/copy.h"
 #include "kernels/reduce.h"
 #include "tensor/tensor.h"
 
@@ -49,7 +49,7 @@ class Transport {
                               kernels::Reduce op) = 0;
   virtual void barrier() = 0;
   // Copies between two buffers in this transport's memory (device copies for NCCL).
-  virtual void copy(void* dst, const void* src, size_t bytes, Device d) { kernels::copy_bytes(dst, src, bytes); }
+  virtual void copy(void* dst, const void* src, size_t bytes, Device d) { copy_bytes(dst, src, bytes); }
   // A tensor in this transport's memory, for results and scratch (host memory here).
   virtual Tensor allocate(const Shape& shape, DType t) { return Tensor::empty(shape, t); }
   // Sets `bytes` bytes of `buf` (this transport's memory) to zero.

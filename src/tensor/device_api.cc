@@ -6,7 +6,7 @@
 #include <map>
 
 #include "core/status.h"
-#include "kernels/copy.h"
+#include "core/copy.h"
 #include "tensor/test_device.h"
 
 namespace cohort {
@@ -47,7 +47,7 @@ class HostApi final : public DeviceApi {
   }
   void deallocate(int, void* p) override { std::free(p); }
   void copy(void* dst, const void* src, size_t bytes, const Stream&) override {
-    if (bytes) kernels::copy_bytes(dst, src, bytes);
+    if (bytes) copy_bytes(dst, src, bytes);
   }
   void zero(void* dst, size_t bytes, const Stream&) override {
     if (bytes) std::memset(dst, 0, bytes);

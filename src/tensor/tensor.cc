@@ -7,7 +7,7 @@
 
 #include "core/status.h"
 #include "core/strings.h"
-#include "kernels/copy.h"
+#include "core/copy.h"
 #include "tensor/allocator.h"
 #include "tensor/device_api.h"
 
@@ -214,7 +214,7 @@ void copy(const Tensor& dst, const Tensor& src, const Stream& stream) {
   const size_t bytes = src.nbytes();
   if (bytes == 0 || dst.data() == src.data()) return;
   if (dst.device().is_host() && src.device().is_host()) {
-    kernels::copy_bytes(dst.data(), src.data(), bytes);
+    copy_bytes(dst.data(), src.data(), bytes);
     return;
   }
   // One side is a device: that device's API runs the copy (host memory on the other side).

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/copy.h"
+#include "core/copy.h"
 #include "kernels/reduce.h"
 
 namespace cohort::backend::cpu {
@@ -214,7 +214,7 @@ void CpuPlan::deliver(Items& items, Val& v, const memory& m, bool may_alias) {
                        const char* a = static_cast<const char*>(m.get_data_handle());
                        char* b = static_cast<char*>(to.get_data_handle());
                        for_chunks(static_cast<int64_t>(m.get_desc().get_size()), [&](int64_t lo, int64_t hi) {
-                         kernels::copy_bytes(b + lo, a + lo, static_cast<size_t>(hi - lo));
+                         copy_bytes(b + lo, a + lo, static_cast<size_t>(hi - lo));
                        });
                      },
                      true});

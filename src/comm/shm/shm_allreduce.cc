@@ -10,7 +10,7 @@
 #endif
 
 #include "core/status.h"
-#include "kernels/copy.h"
+#include "core/copy.h"
 
 namespace cohort::comm {
 namespace {
@@ -123,8 +123,8 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
   const Segment mine = segment(rank_, n, esize);
   // A: publish every segment but my own.
   unsigned char* out = slot(rank_, k);
-  if (mine.begin) kernels::copy_bytes(out, data, mine.begin * esize);
-  if (n > mine.end) kernels::copy_bytes(out + mine.end * esize, data + mine.end * esize, (n - mine.end) * esize);
+  if (mine.begin) copy_bytes(out, data, mine.begin * esize);
+  if (n > mine.end) copy_bytes(out + mine.end * esize, data + mine.end * esize, (n - mine.end) * esize);
   counter(rank_, kFilled).store(k, std::memory_order_release);
 
   // B: reduce my segment, in rank order.
@@ -135,7 +135,7 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
     for (int q = 0; q < size(); ++q)
       if (q != rank_) kernels::combine(acc, slot(q, k) + mine.begin * esize, len, t, op);
     if (across) across(acc, len);
-    kernels::copy_bytes(out + mine.begin * esize, acc, len * esize);
+    copy_bytes(out + mine.begin * esize, acc, len * esize);
   }
   counter(rank_, kReduced).store(k, std::memory_order_release);
 
@@ -144,8 +144,7 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
   for (int q = 0; q < size(); ++q) {
     if (q == rank_) continue;
     Segment s = segment(q, n, esize);
-    if (s.end > s.begin)
-      kernels::copy_bytes(data + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
+    if (s.end > s.begin) copy_bytes(data + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
   }
 }
 

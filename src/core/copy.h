@@ -12,7 +12,7 @@
 #  include <emmintrin.h>
 #endif
 
-namespace cohort::kernels {
+namespace cohort {
 
 // memcpy(dst, src, n) for buffers that do not overlap.
 inline void copy_bytes(void* dst, const void* src, size_t n) {
@@ -34,4 +34,4 @@ inline void copy_bytes(void* dst, const void* src, size_t n) {
   if (i < n) std::memcpy(d + i, s + i, n - i);  // the tail (or everything without SSE2)
 }
 
-}  // namespace cohort::kernels
+}  // namespace cohort
