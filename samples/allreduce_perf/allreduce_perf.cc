@@ -29,10 +29,18 @@
 namespace {
 
 int g_rank = 0, g_size = 1;
+cohort_runtime_t* g_rt = nullptr;  // destroyed before any early exit: its engine thread must not outlive MPI
+
+[[noreturn]] void finish(int status) {
+  cohort_runtime_t* rt = g_rt;
+  g_rt = nullptr;
+  cohort_runtime_destroy(rt);
+  std::exit(status);
+}
 
 [[noreturn]] void die(const std::string& msg) {
   if (g_rank == 0) std::fprintf(stderr, "allreduce_perf: %s\n", msg.c_str());
-  std::exit(2);
+  finish(2);
 }
 
 void check(cohort_status_t s, const char* what) {
@@ -159,7 +167,7 @@ Args parse(int argc, char** argv) {
             "  [--coll allreduce|allgather|broadcast|reducescatter|alltoall] [--raw] [--resnet50 [--steps N]]\n"
             "  [--buffers host|cuda]\n"
             "--buffers cuda: buffers in GPU memory, moved over NCCL; exit status 77 when a rank has no GPU.\n");
-      std::exit(0);
+      finish(0);
     } else {
       die("unknown flag '" + f + "' (see --help)");
     }
@@ -638,6 +646,7 @@ int main(int argc, char** argv) {
   check(cohort_config_parse_args(cfg, argc, argv, 0, &rest_argc, rest.data()), "reading the command line");
   cohort_runtime_t* rt = nullptr;
   check(cohort_runtime_create(cfg, &rt), "cohort_runtime_create");
+  g_rt = rt;
   cohort_config_destroy(cfg);
   check(cohort_runtime_rank(rt, &g_rank), "cohort_runtime_rank");
   check(cohort_runtime_size(rt, &g_size), "cohort_runtime_size");
@@ -651,8 +660,7 @@ int main(int argc, char** argv) {
     if (!all_ok) {
       if (!ok)
         std::fprintf(stderr, "allreduce_perf: rank %d: --buffers cuda: nothing measured: %s\n", g_rank, why.c_str());
-      cohort_runtime_destroy(rt);
-      return 77;  // as a skipped test: nothing could be measured here
+      finish(77);  // as a skipped test: nothing could be measured here
     }
 #if COHORT_ALLREDUCE_PERF_CUDA
     DeviceBuffers::cuda(cudaSetDevice(device), "cudaSetDevice");
@@ -663,6 +671,5 @@ int main(int argc, char** argv) {
     run_resnet50(rt, a);
   else
     wrong = run_sizes(rt, a, device, a.cuda ? buffers_note(device) : "");
-  cohort_runtime_destroy(rt);
-  return wrong ? 1 : 0;  // as nccl-tests: a failed check (-c) fails the run
+  finish(wrong ? 1 : 0);  // as nccl-tests: a failed check (-c) fails the run
 }
