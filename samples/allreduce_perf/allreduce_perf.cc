@@ -3,18 +3,24 @@
 // plain MPI_Allreduce on the same buffers in the same run. --resnet50 times one step
 // of ResNet-50's gradient set (161 f32 tensors submitted in backward order). With -c 1
 // it checks every result, prints "# Out of bounds values : N OK|FAILED" and exits 1 when
-// any value is wrong.
+// any value is wrong. --buffers cuda puts the buffers in GPU memory (DLPack kDLCUDA on
+// each rank's collective GPU), which cohort moves over NCCL, as nccl-tests does; it exits
+// 77 when some rank has no GPU for it (nothing measured).
 //
 //   mpirun -np 2 allreduce_perf -b 8 -e 512M -f 2 [-n 20] [-w 5] [-c 1] [-o sum]
 //          [-d float] [-r 0] [--coll allreduce|allgather|broadcast|reducescatter|alltoall]
-//          [--raw] [--resnet50] [--steps N]
+//          [--raw] [--resnet50] [--steps N] [--buffers host|cuda]
 #include <mpi.h>
+#if COHORT_ALLREDUCE_PERF_CUDA
+#  include <cuda_runtime_api.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,10 +29,18 @@
 namespace {
 
 int g_rank = 0, g_size = 1;
+cohort_runtime_t* g_rt = nullptr;  // destroyed before any early exit: its engine thread must not outlive MPI
+
+[[noreturn]] void finish(int status) {
+  cohort_runtime_t* rt = g_rt;
+  g_rt = nullptr;
+  cohort_runtime_destroy(rt);
+  std::exit(status);
+}
 
 [[noreturn]] void die(const std::string& msg) {
   if (g_rank == 0) std::fprintf(stderr, "allreduce_perf: %s\n", msg.c_str());
-  std::exit(2);
+  finish(2);
 }
 
 void check(cohort_status_t s, const char* what) {
@@ -94,6 +108,7 @@ struct Args {
   std::string coll = "allreduce";
   bool raw = false, resnet50 = false;
   int steps = 10;
+  bool cuda = false;  // --buffers cuda
 };
 
 Args parse(int argc, char** argv) {
@@ -140,13 +155,19 @@ Args parse(int argc, char** argv) {
       a.resnet50 = true;
     else if (f == "--steps")
       a.steps = std::atoi(value());
-    else if (f == "-h" || f == "--help") {
+    else if (f == "--buffers") {
+      std::string v = value();
+      if (v != "host" && v != "cuda") die("--buffers " + v + ": expected host or cuda");
+      a.cuda = v == "cuda";
+    } else if (f == "-h" || f == "--help") {
       if (g_rank == 0)
         std::printf(
             "usage: allreduce_perf -b MIN -e MAX [-f FACTOR | -i STEP] [-n ITERS] [-w WARMUP] [-c 0|1]\n"
             "  [-o sum|prod|max|min|avg] [-d float|half|bfloat16|double|int32|int64|uint8] [-r ROOT]\n"
-            "  [--coll allreduce|allgather|broadcast|reducescatter|alltoall] [--raw] [--resnet50 [--steps N]]\n");
-      std::exit(0);
+            "  [--coll allreduce|allgather|broadcast|reducescatter|alltoall] [--raw] [--resnet50 [--steps N]]\n"
+            "  [--buffers host|cuda]\n"
+            "--buffers cuda: buffers in GPU memory, moved over NCCL; exit status 77 when a rank has no GPU.\n");
+      finish(0);
     } else {
       die("unknown flag '" + f + "' (see --help)");
     }
@@ -157,6 +178,12 @@ Args parse(int argc, char** argv) {
       a.coll != "alltoall")
     die("unknown collective '" + a.coll + "'");
   if (a.root < 0 || a.root >= g_size) die("root " + std::to_string(a.root) + " is not a rank");
+#if !COHORT_ALLREDUCE_PERF_CUDA
+  if (a.cuda) die("--buffers cuda: this allreduce_perf was built without CUDA (cohort's CUDA backend)");
+#endif
+  if (a.cuda && a.raw)
+    die("--raw times MPI_Allreduce on host memory (MPI need not be CUDA-aware): drop it with --buffers cuda");
+  if (a.cuda && a.resnet50) die("--resnet50 runs on host buffers only: drop --buffers cuda");
   return a;
 }
 
@@ -244,11 +271,45 @@ double expected_allreduce(const Args& a, size_t i) {
   return e;
 }
 
-DLTensor view(std::vector<unsigned char>& buf, const TypeInfo& t, int64_t* shape) {
+// --buffers cuda: device copies of a size's input and output, on this rank's collective
+// GPU. fill() and check_result() work on the host vectors; upload and download move them.
+struct DeviceBuffers {
+  int device = -1;
+  void* in = nullptr;
+  void* out = nullptr;
+  DeviceBuffers(int dev, size_t in_bytes, size_t out_bytes) : device(dev) {
+#if COHORT_ALLREDUCE_PERF_CUDA
+    cuda(cudaMalloc(&in, in_bytes), "cudaMalloc");
+    cuda(cudaMalloc(&out, out_bytes), "cudaMalloc");
+#endif
+  }
+  ~DeviceBuffers() {
+#if COHORT_ALLREDUCE_PERF_CUDA
+    cudaFree(in);
+    cudaFree(out);
+#endif
+  }
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+  void upload(const std::vector<unsigned char>& host) { copy(in, host.data(), host.size()); }
+  void download(const void* from, std::vector<unsigned char>& host) { copy(host.data(), from, host.size()); }
+  static void copy(void* to, const void* from, size_t bytes) {
+#if COHORT_ALLREDUCE_PERF_CUDA
+    cuda(cudaMemcpy(to, from, bytes, cudaMemcpyDefault), "cudaMemcpy");
+#endif
+  }
+#if COHORT_ALLREDUCE_PERF_CUDA
+  static void cuda(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) die(std::string(what) + " failed: " + cudaGetErrorString(e));
+  }
+#endif
+};
+
+DLTensor view(void* data, DLDevice device, const TypeInfo& t, int64_t* shape) {
   DLTensor d;
   std::memset(&d, 0, sizeof d);
-  d.data = buf.data();
-  d.device = {kDLCPU, 0};
+  d.data = data;
+  d.device = device;
   d.ndim = 1;
   d.dtype = t.dl;
   d.shape = shape;
@@ -256,14 +317,17 @@ DLTensor view(std::vector<unsigned char>& buf, const TypeInfo& t, int64_t* shape
 }
 
 // One collective on `in` (and `out` unless in place); returns its #wrong count when checking.
+// With `dev` the collective runs on its device copies instead of `in` and `out`.
 struct Runner {
   cohort_runtime_t* rt;
   const Args& a;
   std::string name;
+  DeviceBuffers* dev = nullptr;
   void run(std::vector<unsigned char>& in, std::vector<unsigned char>& out, size_t count, bool in_place) {
     int64_t shape[1] = {static_cast<int64_t>(count)};
-    DLTensor ti = view(in, *a.type, shape);
-    DLTensor to = view(out, *a.type, shape);
+    DLDevice where = dev ? DLDevice{kDLCUDA, dev->device} : DLDevice{kDLCPU, 0};
+    DLTensor ti = view(dev ? dev->in : in.data(), where, *a.type, shape);
+    DLTensor to = view(dev ? dev->out : out.data(), where, *a.type, shape);
     DLManagedTensor* res = nullptr;
     if (a.coll == "allreduce") {
       cohort_allreduce_options_t o;
@@ -283,8 +347,12 @@ struct Runner {
       size_t n = 1;
       for (int d = 0; d < res->dl_tensor.ndim; ++d) n *= static_cast<size_t>(res->dl_tensor.shape[d]);
       size_t bytes = n * a.type->dl.bits / 8;
-      if (out.size() < bytes) out.resize(bytes);
-      std::memcpy(out.data(), res->dl_tensor.data, bytes);
+      if (dev) {
+        DeviceBuffers::copy(dev->out, res->dl_tensor.data, bytes);  // out holds the largest result
+      } else {
+        if (out.size() < bytes) out.resize(bytes);
+        std::memcpy(out.data(), res->dl_tensor.data, bytes);
+      }
       res->deleter(res);
     }
   }
@@ -345,14 +413,16 @@ double time_us(const Args& a, Fn fn) {
   return max_over_ranks(t);
 }
 
-// Returns the number of wrong values over every size and rank (with -c).
-int64_t run_sizes(cohort_runtime_t* rt, const Args& a) {
+// Returns the number of wrong values over every size and rank (with -c). With device >= 0
+// the buffers are on that GPU and `note` says so in the header.
+int64_t run_sizes(cohort_runtime_t* rt, const Args& a, int device, const std::string& note) {
   size_t esize = a.type->dl.bits / 8;
   bool reduces = a.coll == "allreduce" || a.coll == "reducescatter";
   bool rooted = a.coll == "broadcast";
   bool can_in_place = a.coll == "allreduce" || a.coll == "broadcast";
   if (g_rank == 0) {
     std::printf("# cohort %s, %d ranks, collective %s\n", cohort_version_string(), g_size, a.coll.c_str());
+    if (!note.empty()) std::printf("%s", note.c_str());
     std::printf("#%88s%s\n", "out-of-place                       in-place          ",
                 a.raw ? "   raw MPI_Allreduce (in place)" : "");
     std::printf("#%11s %13s %9s %7s %6s %8s %7s %7s %6s %8s %7s %7s %6s%s\n", "size", "count", "type", "redop", "root",
@@ -369,24 +439,35 @@ int64_t run_sizes(cohort_runtime_t* rt, const Args& a) {
     size_t count = input_count(a, bytes);
     size_t total = a.coll == "allgather" ? count * static_cast<size_t>(g_size) : count;
     std::vector<unsigned char> in(std::max<size_t>(count * esize, 1)), out(std::max<size_t>(total * esize, 1));
-    Runner runner{rt, a, "perf." + a.coll + "." + std::to_string(bytes)};
+    std::unique_ptr<DeviceBuffers> dev;
+    if (device >= 0) dev = std::make_unique<DeviceBuffers>(device, in.size(), out.size());
+    Runner runner{rt, a, "perf." + a.coll + "." + std::to_string(bytes), dev.get()};
+    // The input, written on the host and copied to the device; a result, read back.
+    auto refill = [&] {
+      fill(in, *a.type, count, g_rank);
+      if (dev) dev->upload(in);
+    };
+    auto result = [&](std::vector<unsigned char>& host, bool in_place) -> std::vector<unsigned char>& {
+      if (dev) dev->download(in_place ? dev->in : dev->out, host);
+      return host;
+    };
     double result_bytes = static_cast<double>(total * esize);
     double t_oop, t_ip = 0;
     int64_t wrong_oop = 0, wrong_ip = -1;
-    fill(in, *a.type, count, g_rank);
+    refill();
     t_oop = time_us(a, [&] { runner.run(in, out, count, false); });
     if (a.check) {
-      fill(in, *a.type, count, g_rank);
+      refill();
       runner.run(in, out, count, false);
-      wrong_oop = check_result(a, out, a.coll == "allgather" ? total : count);
+      wrong_oop = check_result(a, result(out, false), a.coll == "allgather" ? total : count);
     }
     if (can_in_place) {
-      fill(in, *a.type, count, g_rank);
+      refill();
       t_ip = time_us(a, [&] { runner.run(in, in, count, true); });
       if (a.check) {
-        fill(in, *a.type, count, g_rank);
+        refill();
         runner.run(in, in, count, true);
-        wrong_ip = check_result(a, in, count);
+        wrong_ip = check_result(a, result(in, true), count);
       }
     }
     wrong_here += wrong_oop + std::max<int64_t>(wrong_ip, 0);
@@ -523,6 +604,38 @@ void run_resnet50(cohort_runtime_t* rt, const Args& a) {
         sizes.size(), total, total * 4 / 1e6, g_size, cm, a.steps, rm, cm / rm);
 }
 
+// --buffers cuda: this rank's GPU for collectives of CUDA tensors, or -1 with *why.
+int collective_gpu(cohort_runtime_t* rt, std::string* why) {
+  cohort_runtime_info_t info{};
+  info.struct_size = sizeof info;
+  check(cohort_runtime_info(rt, &info), "cohort_runtime_info");
+  if (info.collective_device_id >= 0) return info.collective_device_id;
+  cohort_build_info_t build{};
+  build.struct_size = sizeof build;
+  check(cohort_build_info(&build), "cohort_build_info");
+  if (!build.cuda_built)
+    *why = "this cohort was built without CUDA";
+  else if (info.cuda_device_count == 0)
+    *why = std::string("no GPU (") + (*build.gpu_note ? build.gpu_note : "none visible") + ")";
+  else
+    *why = "the runtime was made with --device=cpu (use --device=auto)";
+  return -1;
+}
+
+// The header lines of --buffers cuda (rank 0 prints them).
+std::string buffers_note(int device) {
+  cohort_gpu_info_t gpu{};
+  gpu.struct_size = sizeof gpu;
+  std::string name = cohort_build_gpu_info(device, &gpu) == COHORT_OK ? std::string(" (") + gpu.name + ")" : "";
+  std::string note = "# buffers: GPU memory (kDLCUDA) on each rank's collective GPU, moved over NCCL; rank 0: cuda:" +
+                     std::to_string(device) + name + "\n";
+  if (g_size == 1)
+    note +=
+        "# one rank on one GPU: NCCL only copies within the GPU, so this proves the path (cohort's collectives "
+        "on device buffers through NCCL) and measures no link between GPUs\n";
+  return note;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -533,15 +646,30 @@ int main(int argc, char** argv) {
   check(cohort_config_parse_args(cfg, argc, argv, 0, &rest_argc, rest.data()), "reading the command line");
   cohort_runtime_t* rt = nullptr;
   check(cohort_runtime_create(cfg, &rt), "cohort_runtime_create");
+  g_rt = rt;
   cohort_config_destroy(cfg);
   check(cohort_runtime_rank(rt, &g_rank), "cohort_runtime_rank");
   check(cohort_runtime_size(rt, &g_size), "cohort_runtime_size");
   Args a = parse(rest_argc, rest.data());
+  int device = -1;
+  if (a.cuda) {
+    std::string why;
+    device = collective_gpu(rt, &why);
+    int ok = device >= 0, all_ok = 0;
+    MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_ok) {
+      if (!ok)
+        std::fprintf(stderr, "allreduce_perf: rank %d: --buffers cuda: nothing measured: %s\n", g_rank, why.c_str());
+      finish(77);  // as a skipped test: nothing could be measured here
+    }
+#if COHORT_ALLREDUCE_PERF_CUDA
+    DeviceBuffers::cuda(cudaSetDevice(device), "cudaSetDevice");
+#endif
+  }
   int64_t wrong = 0;
   if (a.resnet50)
     run_resnet50(rt, a);
   else
-    wrong = run_sizes(rt, a);
-  cohort_runtime_destroy(rt);
-  return wrong ? 1 : 0;  // as nccl-tests: a failed check (-c) fails the run
+    wrong = run_sizes(rt, a, device, a.cuda ? buffers_note(device) : "");
+  finish(wrong ? 1 : 0);  // as nccl-tests: a failed check (-c) fails the run
 }

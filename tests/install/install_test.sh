@@ -25,7 +25,12 @@ cm/build/consumer
 
 echo "== installed programs start from the prefix (RUNPATH \$ORIGIN/../lib)"
 # Outputs are captured first: with pipefail, grep -q closing a pipe early fails it.
-for prog in cohort-train cohort-data cohortrun cohort-options cohort-hello allreduce_perf; do
+programs=(cohort-train cohort-data cohortrun cohort-options cohort-hello allreduce_perf)
+# The GPU machine's tools, where this build has them (the CUDA backend; hwloc for cohort-topo).
+for prog in cohort-bandwidth cohort-topo; do
+  if [ -x "$build/samples/gpu_tools/$prog" ]; then programs+=("$prog"); fi
+done
+for prog in "${programs[@]}"; do
   exe="$prefix/bin/$prog"
   test -x "$exe" || { echo "$prog was not installed"; exit 1; }
   dynamic=$(readelf -d "$exe")
