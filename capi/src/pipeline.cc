@@ -27,7 +27,10 @@ data::PipelineOptions options_for(const cohort_runtime_t* rt, const cohort_confi
     size = rt->runtime->size();
     budget = rt->runtime->thread_budget();
   }
-  return data::pipeline_options(cfg, rank, size, budget);
+  data::PipelineOptions o = data::pipeline_options(cfg, rank, size, budget);
+  // A runtime that computes on a GPU: batches in pinned memory, ready for the copy.
+  if (rt && !rt->runtime->device().is_host()) o.batch_memory = rt->runtime->memory().pinned();
+  return o;
 }
 
 // A handle on a pipeline started on `source` (nullptr: the one the options name), with

@@ -53,4 +53,16 @@ void select_cuda_device(int device) {
 #endif
 }
 
+std::string cuda_device_identity(int device) {
+  if (g_fake_device_count >= 0) return cat("fake-gpu:", device);
+#if COHORT_HAVE_CUDA
+  char id[64] = {0};
+  cudaError_t err = cudaDeviceGetPCIBusId(id, sizeof id, device);
+  if (err != cudaSuccess) fail(Code::kCuda, "cudaDeviceGetPCIBusId(", device, "): ", cudaGetErrorString(err));
+  return id;
+#else
+  fail(Code::kUnsupported, "CUDA device ", device, ": this build of cohort has no CUDA backend");
+#endif
+}
+
 }  // namespace cohort

@@ -29,11 +29,12 @@ Pipeline::Pipeline(const PipelineOptions& options, std::shared_ptr<Source> sourc
           o_.max_skipped_fraction, " is outside [0, 1]");
   consumer_g_ = released_g_ = sched_g_ = o_.start_epoch * steps + o_.start_step;
   allocate_slots();
-  if (synthetic_) {
+  if (synthetic_)
     fill_synthetic();
-    return;
-  }
-  start_workers();
+  else
+    start_workers();
+  if (!o_.feed_device.is_host())
+    feed_ = std::make_unique<DeviceFeed>(*this, o_.feed_device, o_.device_memory, o_.feed_stream, synthetic_);
 }
 
 Pipeline::~Pipeline() { stop(); }
@@ -70,15 +71,24 @@ void Pipeline::allocate_slots() {
   const AugmentOptions& a = o_.augment;
   const size_t nslots = static_cast<size_t>(o_.prefetch_depth) + 1;
   const size_t B = static_cast<size_t>(o_.batch_size);
+  // From the batch allocator when there is one (pinned memory, for a copy to a
+  // device), else plain host memory; zeroed either way (padding rows stay zero).
+  auto host_memory = [&](size_t bytes) {
+    std::shared_ptr<Storage> s = o_.batch_memory ? o_.batch_memory->allocate(bytes) : allocate_host(bytes, false);
+    require(s->device().is_host(), "the pipeline's batch memory must be host memory, got ", s->device().to_string());
+    std::memset(s->data(), 0, bytes);
+    return s;
+  };
   for (size_t i = 0; i < nslots; ++i) {
     auto slot = std::make_unique<Slot>();
-    slot->images = allocate_host(sample_bytes_ * B, true);
-    slot->labels.assign(B, 0);
+    slot->images = host_memory(sample_bytes_ * B);
+    slot->labels_storage = host_memory(sizeof(int32_t) * B);
+    slot->labels = static_cast<int32_t*>(slot->labels_storage->data());
     slot->mask.assign(B, 0);
     const int64_t n = o_.batch_size;
     Shape shape = a.nhwc ? Shape{n, a.out_h, a.out_w, channels_} : Shape{n, channels_, a.out_h, a.out_w};
-    slot->images_view = Tensor::wrap(slot->images->data(), shape, a.dtype);
-    slot->labels_view = Tensor::wrap(slot->labels.data(), {n}, DType::kI32);
+    slot->images_view = Tensor::wrap(slot->images->data(), shape, a.dtype, slot->images->device());
+    slot->labels_view = Tensor::wrap(slot->labels, {n}, DType::kI32, slot->labels_storage->device());
     slot->mask_view = Tensor::wrap(slot->mask.data(), {n}, DType::kU8);
     slots_.push_back(std::move(slot));
   }
@@ -213,7 +223,9 @@ void Pipeline::finish_sample(Slot& slot, bool ok, const Error* error, int64_t in
   }
 }
 
-const BatchView& Pipeline::next() {
+const BatchView& Pipeline::next() { return feed_ ? feed_->next() : next_host(); }
+
+const BatchView& Pipeline::next_host() {
   const int64_t t0 = now_ns();
   int64_t g = 0;
   Slot& slot = synthetic_ ? next_synthetic(g) : next_decoded(g);
@@ -259,6 +271,8 @@ Pipeline::Slot& Pipeline::next_decoded(int64_t& g) {
 }
 
 PipelinePosition Pipeline::position() const {
+  int64_t epoch = 0, step = 0;
+  if (feed_ && feed_->prefetched(epoch, step)) return {epoch, step};  // taken ahead by the feed
   const int64_t steps = sampler_.steps_per_epoch();
   std::lock_guard<std::mutex> lock(mu_);
   return {consumer_g_ / steps, consumer_g_ % steps};

@@ -21,6 +21,7 @@
 
 #include "core/status.h"
 #include "data/augment.h"
+#include "data/device_feed.h"
 #include "data/jpeg.h"
 #include "data/pipeline_options.h"
 #include "data/pipeline_stats.h"
@@ -31,7 +32,8 @@
 namespace cohort::data {
 
 // One batch as the consumer sees it. Views stay valid until the next next() or the
-// pipeline's destruction.
+// pipeline's destruction. Images and labels are in host memory, or on the feed's
+// device (PipelineOptions::feed_device); the mask is always in host memory.
 struct BatchView {
   Tensor images;      // [N, C, H, W] or [N, H, W, C]
   Tensor labels;      // int32 [N]
@@ -59,7 +61,8 @@ class Pipeline {
   // this and every later call. The skipped fraction is checked at every batch against
   // the samples this rank will have read at the end of the current epoch: it fails as
   // soon as the epoch can no longer stay within it, and a run that ends mid-epoch is
-  // held to the bound of that whole epoch.
+  // held to the bound of that whole epoch. With a feed device the batch is on that
+  // device, and the next one is already being copied there (device_feed.h).
   const BatchView& next();
 
   // Where the batch the next next() returns lies: what a checkpoint saved now records
@@ -77,8 +80,11 @@ class Pipeline {
   PipelineStats stats() const;
 
  private:
+  friend class DeviceFeed;
   struct Slot;
   struct Work;
+  // The next batch in host memory (what next() returns without a feed).
+  const BatchView& next_host();
   // Construction and the ring (pipeline.cc).
   void set_geometry();
   void allocate_slots();
@@ -152,6 +158,7 @@ class Pipeline {
   PipelineCounters counters_;  // stage counters: any thread; delivery counters: under mu_
   BatchView view_;
   std::vector<std::thread> threads_;
+  std::unique_ptr<DeviceFeed> feed_;  // consumer's thread only; goes first
 };
 
 // A pipeline that can move to another position of its order, as the C API's pipeline

@@ -10,6 +10,8 @@
 #include "data/augment.h"
 #include "data/jpeg.h"
 #include "data/source.h"
+#include "tensor/allocator.h"
+#include "tensor/device.h"
 
 namespace cohort {
 class Config;
@@ -48,6 +50,14 @@ struct PipelineOptions {
   std::string preset = "auto";
   AugmentOverrides overrides;
   bool explicit_mean = false, explicit_std = false;
+  // Where the batches' memory comes from (null: plain host memory); pinned host memory
+  // when they are copied on to a device.
+  std::shared_ptr<Allocator> batch_memory;
+  // A device the batches are copied to while the consumer computes (device_feed.h), the
+  // allocator of its memory and the consumer's stream; the host (default): no copy.
+  Device feed_device;
+  std::shared_ptr<Allocator> device_memory;
+  Stream feed_stream;
 };
 
 // What augment=auto picks for a source whose batches hold channels x out_h x out_w

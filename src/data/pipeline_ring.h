@@ -17,8 +17,10 @@ namespace cohort::data {
 // One batch in the ring: its buffers are allocated once, at construction, and reused
 // for global steps g, g + slots, g + 2 * slots, …
 struct Pipeline::Slot {
-  std::shared_ptr<Storage> images;
-  std::vector<int32_t> labels;
+  // Images and labels come from the batch allocator (pinned memory when the batches go
+  // on to a device), the rest is the pipeline's own.
+  std::shared_ptr<Storage> images, labels_storage;
+  int32_t* labels = nullptr;
   std::vector<uint8_t> mask;
   std::vector<int64_t> indices;
   Tensor images_view, labels_view, mask_view;  // made once: next() allocates nothing

@@ -63,13 +63,41 @@ PipelineStats Pipeline::stats() const {
   s.decode_threads = synthetic_ ? 0 : o_.decode_threads;
   s.prefetch_depth = o_.prefetch_depth;
   s.limiting_stage = synthetic_ ? "" : limiting_stage(s);
+  if (feed_) feed_->add_stats(s);
   s.verdict = pipeline_verdict(s);
   return s;
 }
 
+namespace {
+
+// What the copies of the batches to a device take: a verdict of its own when they bound
+// the rate, else a note ("" without a feed device).
+std::string copy_verdict(const PipelineStats& s, bool* bound) {
+  *bound = false;
+  if (s.copy_s <= 0 || s.elapsed_s <= 0) return "";
+  const double share = s.copy_s / s.elapsed_s;
+  const double ms = s.copy_s * 1e3 / std::max<double>(1, static_cast<double>(s.batches));
+  const double gbs = static_cast<double>(s.copy_bytes) / s.copy_s / 1e9;
+  const std::string what =
+      cat("copying the batches to the device takes ", std::lround(ms * 100) / 100.0, " ms per batch (",
+          std::lround(gbs * 10) / 10.0, " GB/s), ", std::lround(share * 100), "% of the time");
+  if (share < 0.9) return cat(what, ", overlapped with compute");
+  *bound = true;
+  return cat("input-bound: ", what,
+             ", so the copy bounds the rate: check that the batches are pinned (the log says so at the start; "
+             "cohort-bandwidth shows the link's rate), or use smaller images");
+}
+
+}  // namespace
+
 std::string pipeline_verdict(const PipelineStats& s) {
   const int pct = static_cast<int>(std::lround(s.wait_fraction * 100));
   if (s.batches < 2) return "not enough batches yet to judge the input pipeline";
+  bool copy_bound = false;
+  const std::string copy = copy_verdict(s, &copy_bound);
+  if (copy_bound) return copy;
+  if (!copy.empty() && s.wait_fraction <= 0.05)
+    return cat("not input-bound: the step waited for data ", pct, "% of the time; ", copy);
   if (s.wait_fraction <= 0.05) return cat("not input-bound: the step waited for data ", pct, "% of the time");
   const long decode_busy =
       std::min(100L, std::lround(s.decode_busy_s / std::max(1e-9, s.elapsed_s * std::max(1, s.decode_threads)) * 100));

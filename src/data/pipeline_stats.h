@@ -27,6 +27,10 @@ struct PipelineStats {
   double mean_ready_batches = 0;  // prefetched batches ready when next() was called
   double mean_decode_queue = 0;   // samples waiting for a decoder at those times
   int reader_threads = 0, decode_threads = 0, prefetch_depth = 0;
+  // Batches copied on to a device (a feed device): the copies' seconds on their stream
+  // and their bytes (0 when the batches stay in host memory).
+  double copy_s = 0;
+  int64_t copy_bytes = 0;
   std::string verdict;
 };
 

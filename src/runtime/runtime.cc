@@ -1,11 +1,14 @@
 #include "runtime/runtime.h"
 
 #include <atomic>
+#include <cstring>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/device_probe.h"
 #include "comm/mpi/mpi_error.h"
 #include "comm/mpi/mpi_transport.h"
+#include "comm/staged/staged_transport.h"
 #if COHORT_HAVE_CUDA
 #  include "comm/nccl/nccl_transport.h"
 #endif
@@ -46,6 +49,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
     set_log_rank(layout_.size > 1 ? layout_.rank : -1);
     thread_budget_ = cohort::thread_budget(layout_.local_size, requested_threads);
     choose_device();
+    find_shared_gpus();
     auto chunk = static_cast<size_t>(config_.get_int("allreduce_chunk_kb")) * 1024;
     auto window = static_cast<size_t>(config_.get_int("allreduce_window"));
     auto shm_slot = static_cast<size_t>(config_.get_int("allreduce_shm_kb")) * 1024;
@@ -70,15 +74,28 @@ comm::DeviceTransportFactory Runtime::device_transport() {
   const char* host_hint = "copy the tensor to host memory (kDLCPU) to reduce it over MPI";
 #if COHORT_HAVE_CUDA
   if (collective_gpu_ >= 0) {
-    // The engine thread creates the NCCL communicator; its MPI traffic (the unique id)
-    // goes over a communicator of its own, never used by another thread.
-    mpi_check(MPI_Comm_dup(world_, &device_bootstrap_), "MPI_Comm_dup(NCCL bootstrap)");
+    // The engine thread creates the device transport; its MPI traffic (NCCL's unique id,
+    // or the staged collectives) goes over a communicator of its own, never used by
+    // another thread.
+    mpi_check(MPI_Comm_dup(world_, &device_bootstrap_), "MPI_Comm_dup(device transport)");
     MPI_Comm_set_errhandler(device_bootstrap_, MPI_ERRORS_RETURN);
     f.device = {Device::Kind::kCuda, collective_gpu_};
     MPI_Comm bootstrap = device_bootstrap_;
     int id = collective_gpu_;
     std::shared_ptr<Allocator> memory = memory_->on(f.device);
-    f.create = [bootstrap, id, memory] { return std::make_unique<comm::NcclTransport>(bootstrap, id, memory); };
+    if (gpus_shared_) {
+      std::shared_ptr<Allocator> pinned = memory_->pinned();
+      const auto chunk = static_cast<size_t>(config_.get_int("allreduce_chunk_kb")) * 1024;
+      const auto window = static_cast<size_t>(config_.get_int("allreduce_window"));
+      const auto shm_slot = static_cast<size_t>(config_.get_int("allreduce_shm_kb")) * 1024;
+      const Device d = f.device;
+      f.create = [bootstrap, d, pinned, memory, chunk, window, shm_slot] {
+        return std::make_unique<comm::StagedTransport>(
+            std::make_unique<comm::MpiTransport>(bootstrap, chunk, window, shm_slot), d, pinned, memory);
+      };
+    } else {
+      f.create = [bootstrap, id, memory] { return std::make_unique<comm::NcclTransport>(bootstrap, id, memory); };
+    }
   } else if (config_.get_string("device") == "cpu") {
     f.unavailable =
         cat("this runtime was created with device=cpu; create it with device=auto to run collectives of CUDA "
@@ -109,9 +126,6 @@ void Runtime::choose_device() {
     if (choice == "cuda" && !backend::cuda_backend_trains())
       fail(Code::kUnsupported, "device=cuda was requested but ", backend::kCudaCannotTrain,
            "; use --device=cpu, or a cohort built with the CUDA toolkit");
-    if (layout_.local_size > probe.device_count)
-      COHORT_LOG_WARN(layout_.local_size, " ranks share ", probe.device_count,
-                      " GPUs on this node: ranks on one GPU slow each other down and NCCL refuses them");
     select_cuda_device(collective_gpu_);
   }
   device_ =
@@ -121,13 +135,43 @@ void Runtime::choose_device() {
                     thread_budget_, " thread", thread_budget_ == 1 ? "" : "s", " per rank; ", device_summary());
 }
 
+void Runtime::find_shared_gpus() {
+  // Every rank takes part (a rank without a GPU names itself), so the answer is one.
+  constexpr int kIdBytes = 64;
+  std::string id = collective_gpu_ >= 0 ? cuda_device_identity(collective_gpu_) : cat("no-gpu:", layout_.rank);
+  id.resize(kIdBytes, '\0');
+  std::vector<char> all(static_cast<size_t>(kIdBytes * layout_.local_size));
+  mpi_check(MPI_Allgather(id.data(), kIdBytes, MPI_CHAR, all.data(), kIdBytes, MPI_CHAR, local_),
+            "MPI_Allgather(device identities)");
+  std::vector<std::string> ids;
+  for (int r = 0; r < layout_.local_size; ++r) {
+    const char* p = all.data() + static_cast<size_t>(r) * kIdBytes;
+    ids.emplace_back(p, strnlen(p, kIdBytes));
+  }
+  const comm::DeviceSharing here = comm::device_sharing(ids);
+  int mine = here.shared ? 1 : 0, any = 0;
+  mpi_check(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, world_), "MPI_Allreduce(device sharing)");
+  gpus_shared_ = any != 0;
+  if (here.shared && layout_.local_rank == 0)
+    COHORT_LOG_WARN(here.detail,
+                    ": NCCL does not support two ranks on one GPU, so collectives of CUDA tensors go "
+                    "through host memory (pinned staging buffers and the shared-memory allreduce) on "
+                    "every rank; ranks on one GPU also slow each other's compute down");
+  else if (gpus_shared_ && layout_.rank == 0)
+    COHORT_LOG_WARN(
+        "ranks of another node share a GPU: collectives of CUDA tensors go through host memory on every "
+        "rank");
+}
+
 std::string Runtime::device_summary() const {
   std::string s = cat("compute on ", device_.to_string());
   if (cuda_device_count_ == 0)
     return cat(s, "; 0 CUDA devices (", cuda_why_.empty() ? "not probed: device=cpu" : cuda_why_, ")");
   if (device_.is_host() && collective_gpu_ >= 0) s += cat(" (", backend::kCudaCannotTrain, ")");
   s += cat("; ", cuda_device_count_, " CUDA device", cuda_device_count_ == 1 ? "" : "s", " seen");
-  if (collective_gpu_ >= 0) s += cat(", cuda:", collective_gpu_, " serves collectives of CUDA tensors");
+  if (collective_gpu_ >= 0)
+    s += cat(", cuda:", collective_gpu_, " serves collectives of CUDA tensors",
+             gpus_shared_ ? " (through host memory: ranks share GPUs)" : "");
   return s;
 }
 

@@ -49,6 +49,9 @@ class Runtime {
   // The CUDA ordinal collectives of CUDA tensors run on for this rank, or -1 when they
   // cannot run (device=cpu, no GPU, or a build without CUDA).
   int collective_gpu() const { return collective_gpu_; }
+  // Whether ranks of some node share a GPU: collectives of CUDA tensors then go through
+  // host memory (comm/staged) on every rank instead of NCCL.
+  bool gpus_shared() const { return gpus_shared_; }
   // One line on where compute and collectives run, as the runtime logs it.
   std::string device_summary() const;
   const Config& config() const { return config_; }
@@ -85,6 +88,8 @@ class Runtime {
 
  private:
   void choose_device();
+  // Collective: whether two ranks of some node share a GPU (then no rank uses NCCL).
+  void find_shared_gpus();
   comm::DeviceTransportFactory device_transport();
 
   Config config_;
@@ -98,6 +103,7 @@ class Runtime {
   int cuda_device_count_ = 0;
   int collective_gpu_ = -1;
   std::string cuda_why_;                       // why no GPU is usable (probe), if none
+  bool gpus_shared_ = false;                   // on some node, two ranks use one GPU
   MPI_Comm device_bootstrap_ = MPI_COMM_NULL;  // the engine thread's: NCCL id exchange
   std::unique_ptr<comm::Engine> engine_;
   std::atomic<int> optimizers_created_{0};

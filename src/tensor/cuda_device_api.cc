@@ -25,9 +25,10 @@ void use_device(const Stream& s) {
 
 class CudaEvent final : public Event::Impl {
  public:
-  explicit CudaEvent(const Stream& s) {
+  explicit CudaEvent(const Stream& s, bool timed = false) {
     use_device(s);
-    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    check(cudaEventCreateWithFlags(&event_, timed ? cudaEventDefault : cudaEventDisableTiming),
+          "cudaEventCreateWithFlags");
     cudaError_t rc = cudaEventRecord(event_, native(s));
     if (rc != cudaSuccess) {
       cudaEventDestroy(event_);
@@ -49,6 +50,7 @@ class CudaEvent final : public Event::Impl {
     if (s.device().kind != Device::Kind::kCuda) return synchronize();
     check(cudaStreamWaitEvent(native(s), event_, 0), "cudaStreamWaitEvent");
   }
+  cudaEvent_t get() const { return event_; }
 
  private:
   cudaEvent_t event_ = nullptr;
@@ -95,6 +97,15 @@ class CudaApi final : public DeviceApi {
     if (s.native()) cudaStreamDestroy(native(s));
   }
   Event record(const Stream& s) override { return Event(std::make_shared<CudaEvent>(s)); }
+  Event record_timed(const Stream& s) override { return Event(std::make_shared<CudaEvent>(s, true)); }
+  double elapsed(const Event& start, const Event& stop) override {
+    const auto* a = dynamic_cast<const CudaEvent*>(start.impl().get());
+    const auto* b = dynamic_cast<const CudaEvent*>(stop.impl().get());
+    if (!a || !b) return 0;
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a->get(), b->get()), "cudaEventElapsedTime");
+    return ms / 1e3;
+  }
   void synchronize(const Stream& s) override {
     use_device(s);
     check(cudaStreamSynchronize(native(s)), "cudaStreamSynchronize");

@@ -81,6 +81,7 @@ class Event {
   }
   // False for events made complete (host streams, default-constructed).
   bool recorded() const { return impl_ != nullptr; }
+  const std::shared_ptr<Impl>& impl() const { return impl_; }
 
  private:
   std::shared_ptr<Impl> impl_;

@@ -33,6 +33,10 @@ class DeviceApi {
   virtual void destroy_stream(const Stream& stream) = 0;
   // An event marking the work enqueued on `stream` so far.
   virtual Event record(const Stream& stream) = 0;
+  // The same, also marking the time the stream reaches it; elapsed() gives the seconds
+  // between two such events once both are complete (0 where the device keeps no times).
+  virtual Event record_timed(const Stream& stream) { return record(stream); }
+  virtual double elapsed(const Event& start, const Event& stop) { return 0; }
   // Waits until the work enqueued on `stream` is done.
   virtual void synchronize(const Stream& stream) = 0;
 };

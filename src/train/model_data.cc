@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "core/logging.h"
 #include "core/status.h"
 #include "train/engine_collectives.h"
 #include "train/variable_update.h"
@@ -42,7 +43,21 @@ data::PipelineOptions pipeline_options_for(const Model& model, const Config& con
           " is a dedicated parameter server (variable_update=", variable_update_name(roles.mode),
           ", ps_dedicated=true): it reads no data; open pipelines on the ranks where "
           "cohort_optimizer_info() says worker = 1");
-  return data::pipeline_options(c, rt.rank(), roles.workers(), rt.thread_budget());
+  data::PipelineOptions o = data::pipeline_options(c, rt.rank(), roles.workers(), rt.thread_budget());
+  if (!model.device().is_host()) {
+    // Batches for a device: pinned host memory, and (device_batches) the copy to the
+    // device overlapped with the step before.
+    Runtime& r = model.runtime();
+    auto pinned = r.memory().pinned();
+    o.batch_memory = pinned;
+    if (r.rank() == 0) COHORT_LOG_INFO("input batches in ", pinned->describe());
+    if (c.get_bool("device_batches")) {
+      o.feed_device = model.device();
+      o.device_memory = r.memory().on(model.device());
+      o.feed_stream = model.stream();
+    }
+  }
+  return o;
 }
 
 void check_pipeline_fits(const Model& model, const data::Pipeline& pipeline) {

@@ -15,6 +15,8 @@
 #include "data/file.h"
 #include "data/idx.h"
 #include "data/pipeline.h"
+#include "tensor/device_api.h"
+#include "tensor/memory.h"
 #include "data_test_util.h"
 #include "tensor/tensor.h"
 
@@ -447,6 +449,81 @@ TEST(Pipeline, FailPolicyFailsAtTheBatchHoldingTheBadSampleNotBefore) {
   Pipeline p(o, open_source(o.source));
   EXPECT_EQ(p.next().valid, 3);  // records 0-2
   EXPECT_EQ(p.next().valid, 3);  // records 3-5, while 6-8 (bad) are already prefetched
+  EXPECT_THROW(p.next(), Error);
+}
+
+// The device feed, on the test device (host memory behind the device interface): the
+// batches are the host pipeline's, on the device; the position is the batch the next
+// call hands out, though the feed has taken it from the pipeline already; an error of
+// the batch taken ahead reaches the consumer with that batch, not before.
+struct FeedSetup {
+  Memory memory;
+  OwnedStream consumer{Device{Device::Kind::kTest, 0}};
+  PipelineOptions with_feed(PipelineOptions o) {
+    o.batch_memory = memory.pinned();
+    o.feed_device = {Device::Kind::kTest, 0};
+    o.device_memory = memory.on(o.feed_device);
+    o.feed_stream = consumer;
+    return o;
+  }
+};
+
+TEST(DeviceFeed, HandsOutThePipelinesBatchesOnTheDeviceAndReportsTheConsumersPosition) {
+  RawSet set(37);
+  FeedSetup f;
+  const PipelineOptions plain = options({{"shuffle", "true"}, {"seed", "5"}});
+  Pipeline host(plain, set.source), fed(f.with_feed(plain), set.source);
+  for (int k = 0; k < 12; ++k) {  // more than an epoch (5 batches)
+    const BatchView& h = host.next();
+    std::vector<uint8_t> want(static_cast<const uint8_t*>(h.images.data()),
+                              static_cast<const uint8_t*>(h.images.data()) + h.images.nbytes());
+    std::vector<int32_t> want_labels(h.labels.data_as<int32_t>(), h.labels.data_as<int32_t>() + 8);
+    const PipelinePosition before = fed.position();
+    EXPECT_EQ(before.epoch, h.epoch);
+    EXPECT_EQ(before.step, h.step);
+    const BatchView& d = fed.next();
+    ASSERT_EQ(d.images.device(), (Device{Device::Kind::kTest, 0}));
+    ASSERT_EQ(d.labels.device(), (Device{Device::Kind::kTest, 0}));
+    EXPECT_TRUE(d.valid_mask.device().is_host());
+    const Tensor images = to_host(d.images), labels = to_host(d.labels);
+    EXPECT_EQ(std::memcmp(images.data(), want.data(), want.size()), 0) << "batch " << k;
+    EXPECT_EQ(std::memcmp(labels.data(), want_labels.data(), 8 * sizeof(int32_t)), 0) << "batch " << k;
+    EXPECT_EQ(d.valid, h.valid);
+    EXPECT_EQ(d.epoch, h.epoch);
+    EXPECT_EQ(d.step, h.step);
+  }
+  const PipelineStats st = fed.stats();
+  EXPECT_EQ(st.copy_bytes, 12 * int64_t{8 * 30 + 8 * 4});  // the batch handed out ahead is not yet counted
+}
+
+TEST(DeviceFeed, ASyntheticPipelineIsCopiedOncePerSlot) {
+  FeedSetup f;
+  Config c;  // no data_dir: synthetic data
+  c.set("batch_size", "4");
+  c.set("image_size", "8");
+  c.set("prefetch_depth", "2");
+  const PipelineOptions o = f.with_feed(pipeline_options(c, 0, 1, 1));
+  Pipeline p(o, open_source(o.source));
+  std::set<const void*> device_batches;
+  for (int k = 0; k < 10; ++k) device_batches.insert(p.next().images.data());
+  EXPECT_EQ(device_batches.size(), 3u);  // prefetch_depth + 1 slots
+  EXPECT_EQ(p.stats().copy_bytes, 3 * int64_t{4 * 3 * 8 * 8 * 4 + 4 * 4});
+}
+
+TEST(DeviceFeed, TheErrorOfTheBatchTakenAheadComesWithThatBatch) {
+  testing::TempDir dir;
+  corrupt_shard(dir);
+  FeedSetup f;
+  auto o = f.with_feed(options({{"data_dir", dir.path.c_str()},
+                                {"batch_size", "3"},
+                                {"image_size", "16"},
+                                {"on_error", "fail"},
+                                {"check_labels", "read"},
+                                {"shuffle", "false"},
+                                {"prefetch_depth", "4"}}));
+  Pipeline p(o, open_source(o.source));
+  EXPECT_EQ(p.next().valid, 3);  // records 0-2
+  EXPECT_EQ(p.next().valid, 3);  // records 3-5, although 6-8 (bad) were taken ahead
   EXPECT_THROW(p.next(), Error);
 }
 
