@@ -393,7 +393,9 @@ std::string usage_text() {
        cohortrun --check-build
 
 Starts PROGRAM on N ranks through Open MPI's mpirun with the recommended flags
-(-bind-to none -map-by slot -mca pml ob1 -mca btl self,vader,tcp), exporting PATH,
+(-mca pml ob1 -mca btl self,vader,tcp; on this host, with a core for every rank,
+-bind-to core -map-by slot:PE=<cores/N>, each rank on cores of its own; else -bind-to
+none -map-by slot), exporting PATH,
 LD_LIBRARY_PATH, NCCL_*, COHORT_* and OMP_* (those that are set), OMP_WAIT_POLICY=PASSIVE
 and COHORT_PROGRESS=tty|plain. The exit status is the job's.
 

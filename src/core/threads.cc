@@ -1,7 +1,5 @@
 #include "core/threads.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -16,9 +14,19 @@ int available_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-int thread_budget(int local_ranks, int requested) {
+int thread_budget(int ranks_sharing, int requested) {
   if (requested > 0) return requested;
-  return std::max(1, available_cores() / std::max(1, local_ranks));
+  return std::max(1, available_cores() / std::max(1, ranks_sharing));
+}
+
+int ranks_sharing_cpus(const std::vector<cpu_set_t>& masks, size_t me) {
+  int sharing = 0;
+  for (const cpu_set_t& m : masks) {
+    cpu_set_t both;
+    CPU_AND(&both, &m, &masks.at(me));
+    sharing += CPU_COUNT(&both) > 0 ? 1 : 0;
+  }
+  return std::max(1, sharing);
 }
 
 ThreadPool::ThreadPool(int threads) {

@@ -41,7 +41,8 @@ typedef struct cohort_runtime_info_t {
   int local_size;                   /**< Ranks on this node. */
   int cross_rank;                   /**< Index of this node among nodes with this local_rank. */
   int cross_size;                   /**< Number of nodes with a rank of this local_rank. */
-  int thread_budget;                /**< Threads this rank may use: cores / local ranks, or threads_per_rank. */
+  int thread_budget;                /**< Threads this rank may use: the cores it may run on / the local ranks
+                                         that may run on them too, or threads_per_rank. */
   cohort_device_type_t device_type; /**< Where models compute: the CPU in this version, GPUs or not. */
   int device_id;                    /**< CUDA device ordinal models compute on, or -1 for the CPU. */
   int cuda_device_count;            /**< GPUs visible to this process (0 without GPU or without CUDA). */
