@@ -1,5 +1,7 @@
 #include "core/threads.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -27,6 +29,26 @@ int ranks_sharing_cpus(const std::vector<cpu_set_t>& masks, size_t me) {
     sharing += CPU_COUNT(&both) > 0 ? 1 : 0;
   }
   return std::max(1, sharing);
+}
+
+namespace {
+
+double clock_seconds(clockid_t clock) {
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+double process_cpu_seconds() { return clock_seconds(CLOCK_PROCESS_CPUTIME_ID); }
+
+double thread_cpu_seconds() { return clock_seconds(CLOCK_THREAD_CPUTIME_ID); }
+
+double thread_cpu_seconds(pthread_t thread) {
+  clockid_t clock;
+  if (pthread_getcpuclockid(thread, &clock) != 0) return 0;
+  return clock_seconds(clock);
 }
 
 ThreadPool::ThreadPool(int threads) {

@@ -122,18 +122,20 @@ void MpiTransport::abort_waits() {
 }
 
 void MpiTransport::wait(MPI_Request& request, const char* call) {
-  int done = 0;
+  // Open MPI progresses only inside its calls, so the request is polled: for a few
+  // microseconds at once (the peers are usually there), then between sleeps that grow to
+  // kMaxPause. No yield loop: on a core shared with compute a yield hands the core over
+  // for a whole time slice or, with nothing else to run, burns it.
+  constexpr auto kPoll = std::chrono::microseconds(20), kMaxPause = std::chrono::microseconds(500);
+  const auto poll_until = std::chrono::steady_clock::now() + kPoll;
   auto pause = std::chrono::microseconds(10);
-  for (int spins = 0;; ++spins) {
+  for (int done = 0;;) {
     mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
     if (done) return;
     if (aborted_) fail(Code::kCancelled, call, " abandoned: the runtime is shutting down after an error");
-    if (spins < 1000) {
-      std::this_thread::yield();
-      continue;
-    }
+    if (std::chrono::steady_clock::now() < poll_until) continue;
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    pause = std::min(pause * 2, kMaxPause);
   }
 }
 

@@ -61,8 +61,8 @@ class MpiTransport final : public Transport {
   bool hierarchical() const { return cross_ != MPI_COMM_NULL; }
 
  private:
-  // Waits for a nonblocking call without burning a core: spins briefly, then sleeps
-  // with growing pauses (up to 1 ms).
+  // Waits for a nonblocking call without burning a core: polls for a few microseconds,
+  // then between sleeps that grow to 0.5 ms.
   void wait(MPI_Request& request, const char* call);
   MPI_Datatype mpi_type(DType t) const;
   MPI_Op mpi_op(DType t, kernels::Reduce op) const;

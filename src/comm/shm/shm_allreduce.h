@@ -21,11 +21,15 @@
 // reduced by one rank and copied by the others: the result is bit-identical on every
 // rank, and the same from run to run.
 //
-// A rank that dies mid-call leaves the others waiting on its counters (sleeping after a
-// brief spin): mpirun ends the whole job when one of its ranks dies (1-3 s here).
+// A wait spins for a few microseconds, then sleeps on a futex in the awaited rank's
+// counter line until that rank publishes (it wakes its sleepers): a rank waiting for its
+// peers, as in every negotiation cycle, takes no CPU from compute. A rank that dies
+// mid-call leaves the others asleep on its counters: mpirun ends the whole job when one of
+// its ranks dies (1-3 s here).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -64,7 +68,11 @@ class ShmAllreduce {
   void and_words(std::vector<uint64_t>& words);
   bool words_fit(size_t n) const { return n * sizeof(uint64_t) <= slot_bytes_; }
   // Makes a wait for a rank that will never come fail with kCancelled (any thread).
-  void abort() { aborted_.store(true, std::memory_order_relaxed); }
+  void abort();
+
+  // How long a wait spins before it sleeps, and the longest sleep between looks at abort().
+  static constexpr std::chrono::microseconds kSpin{20};
+  static constexpr std::chrono::milliseconds kSleepAtMost{50};
 
  private:
   enum Counter { kFilled = 0, kReduced = 1 };
@@ -75,6 +83,10 @@ class ShmAllreduce {
   void piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op, const AcrossNodes& across);
   Segment segment(int q, size_t n, size_t esize) const;
   std::atomic_ref<uint64_t> counter(int q, Counter c) const;
+  // The 32-bit word at `offset` in the line of rank q's counter c (kWakeWord, kSleepers).
+  uint32_t* word(int q, Counter c, size_t offset) const;
+  // Sets this rank's counter c and wakes the ranks asleep on it.
+  void publish(Counter c, uint64_t value);
   unsigned char* slot(int q, uint64_t piece) const;
   // Waits until every other rank's counter c has reached `value`.
   void wait_all(Counter c, uint64_t value) const;
