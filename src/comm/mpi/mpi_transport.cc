@@ -204,14 +204,26 @@ void MpiTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce o
   allreduce_many({{buf, count}}, t, op);
 }
 
+ShmAllreduce::AcrossNodes MpiTransport::across_nodes(DType t, kernels::Reduce op) {
+  if (!hierarchical()) return {};
+  return [this, t, op](void* segment, size_t count) {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, segment, static_cast<int>(count), mpi_type(t), mpi_op(t, op), cross_),
+              "MPI_Allreduce (across nodes)");
+  };
+}
+
+void MpiTransport::allreduce_many_into(const std::vector<Reduction>& bufs, DType t, kernels::Reduce op) {
+  if (!shm_) {
+    Transport::allreduce_many_into(bufs, t, op);
+    return;
+  }
+  const ShmAllreduce::AcrossNodes across = across_nodes(t, op);
+  for (const Reduction& r : bufs) shm_->allreduce(r.in, r.out, r.count, t, op, across);
+}
+
 void MpiTransport::allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
   if (shm_) {
-    ShmAllreduce::AcrossNodes across;
-    if (hierarchical())
-      across = [&](void* segment, size_t count) {
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, segment, static_cast<int>(count), mpi_type(t), mpi_op(t, op), cross_),
-                  "MPI_Allreduce (across nodes)");
-      };
+    const ShmAllreduce::AcrossNodes across = across_nodes(t, op);
     for (const auto& [buf, count] : bufs) shm_->allreduce(buf, count, t, op, across);
     return;
   }

@@ -119,12 +119,14 @@ void ShmAllreduce::abort() {
     for (Counter c : {kFilled, kReduced}) futex_wake_all(word(q, c, kWakeWord));
 }
 
-void ShmAllreduce::allreduce(void* buf, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across) {
+void ShmAllreduce::allreduce(const void* in, void* out, size_t count, DType t, kernels::Reduce op,
+                             const AcrossNodes& across) {
   if (count == 0) return;
   size_t esize = dtype_size(t);
   size_t per_piece = std::max<size_t>(1, slot_bytes_ / esize);
   for (size_t first = 0; first < count; first += per_piece)
-    piece(static_cast<char*>(buf) + first * esize, std::min(per_piece, count - first), esize, t, op, across);
+    piece(static_cast<const char*>(in) + first * esize, static_cast<char*>(out) + first * esize,
+          std::min(per_piece, count - first), esize, t, op, across);
 }
 
 void ShmAllreduce::and_words(std::vector<uint64_t>& words) {
@@ -143,24 +145,26 @@ void ShmAllreduce::and_words(std::vector<uint64_t>& words) {
   }
 }
 
-void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op, const AcrossNodes& across) {
+void ShmAllreduce::piece(const char* in, char* out, size_t n, size_t esize, DType t, kernels::Reduce op,
+                         const AcrossNodes& across) {
   const uint64_t k = ++pieces_;
   const Segment mine = segment(rank_, n, esize);
   // A: publish every segment but my own.
-  unsigned char* out = slot(rank_, k);
-  if (mine.begin) kernels::copy_bytes(out, data, mine.begin * esize);
-  if (n > mine.end) kernels::copy_bytes(out + mine.end * esize, data + mine.end * esize, (n - mine.end) * esize);
+  unsigned char* published = slot(rank_, k);
+  if (mine.begin) kernels::copy_bytes(published, in, mine.begin * esize);
+  if (n > mine.end) kernels::copy_bytes(published + mine.end * esize, in + mine.end * esize, (n - mine.end) * esize);
   publish(kFilled, k);
 
-  // B: reduce my segment, in rank order.
+  // B: reduce my segment into the output: my data, then the others' in rank order.
   wait_all(kFilled, k);
   size_t len = mine.end - mine.begin;
   if (len) {
-    char* acc = data + mine.begin * esize;
+    char* acc = out + mine.begin * esize;
+    if (in != out) kernels::copy_bytes(acc, in + mine.begin * esize, len * esize);
     for (int q = 0; q < size(); ++q)
       if (q != rank_) kernels::combine(acc, slot(q, k) + mine.begin * esize, len, t, op);
     if (across) across(acc, len);
-    kernels::copy_bytes(out + mine.begin * esize, acc, len * esize);
+    kernels::copy_bytes(published + mine.begin * esize, acc, len * esize);
   }
   publish(kReduced, k);
 
@@ -170,7 +174,7 @@ void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::R
     if (q == rank_) continue;
     Segment s = segment(q, n, esize);
     if (s.end > s.begin)
-      kernels::copy_bytes(data + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
+      kernels::copy_bytes(out + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
   }
 }
 

@@ -101,6 +101,34 @@ TEST(ShmAllreduce, EveryDtypeAndOpMatchesTheReference) {
   }
 }
 
+TEST(ShmAllreduce, OutOfPlaceFillsTheOutputAndLeavesTheInputAlone) {
+  for (int n : {1, 2, 3}) {
+    std::atomic<int> wrong{0};
+    run_ranks(n, 4096, [&](ShmAllreduce& shm, int rank) {
+      for (DType t : {DType::kF32, DType::kBF16, DType::kI64}) {
+        for (size_t count : {size_t{1}, size_t{65}, 3 * 4096 / dtype_size(t) + 7}) {
+          for (Reduce op : kOps) {
+            Tensor in = Tensor::empty({static_cast<int64_t>(count)}, t);
+            Tensor out = Tensor::empty({static_cast<int64_t>(count)}, t);
+            for (size_t i = 0; i < count; ++i) {
+              test::set(in, static_cast<int64_t>(i), value(rank, i));
+              test::set(out, static_cast<int64_t>(i), 99);
+            }
+            shm.allreduce(in.data(), out.data(), count, t, op);
+            for (size_t i = 0; i < count; ++i) {
+              const auto at = static_cast<int64_t>(i);
+              if ((test::get(out, at) != reference(op, n, i) || test::get(in, at) != value(rank, i)) && wrong++ < 5)
+                ADD_FAILURE() << "rank " << rank << " of " << n << ", " << dtype_name(t) << " count " << count << " ["
+                              << i << "]: out " << test::get(out, at) << " (expected " << reference(op, n, i)
+                              << "), in " << test::get(in, at) << " (was " << value(rank, i) << ")";
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
 TEST(ShmAllreduce, ResultsAreBitIdenticalOnEveryRank) {
   const int n = 3;
   const size_t count = 10007;  // 3 pieces of 4 KiB, none divisible by 3
