@@ -249,6 +249,21 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
                                         p.elapsed_s > 0 ? static_cast<double>(p.bytes_read) / p.elapsed_s : 0,
                                         p.limiting_stage ? p.limiting_stage : ""};
     }
+    if (c.threads) {
+      const cohort_thread_cpu_t t = capi::read_in(c.threads, cohort_thread_cpu_t{}, "summary->threads");
+      auto over_ranks = [](const cohort_over_ranks_t& v) { return RunSummary::OverRanks{v.median, v.max}; };
+      RunSummary::Threads threads;
+      threads.compute = over_ranks(t.compute);
+      threads.engine = over_ranks(t.engine);
+      threads.other = over_ranks(t.other);
+      if (t.has_input) {
+        threads.readers = over_ranks(t.readers);
+        threads.decoders = over_ranks(t.decoders);
+      }
+      threads.compute_spread_median = t.compute_spread_median;
+      threads.compute_spread_p90 = t.compute_spread_p90;
+      s.threads = threads;
+    }
     std::string text = run_summary_json(s);
     if (c.extra_json && *c.extra_json && !text.empty() && text.back() == '}') {
       text.pop_back();

@@ -76,6 +76,11 @@ class Runtime {
     check_open("a collective");
     return *engine_;
   }
+  // CPU seconds the engine thread has used so far. Throws kInvalidState after shutdown().
+  double engine_cpu_seconds() const {
+    check_open("reading the engine's CPU time");
+    return engine_->cpu_seconds();
+  }
   // 0, 1, 2, ... one per call: names the collectives of each optimizer created on this
   // runtime apart (ranks create theirs in the same order, so the numbers agree).
   int next_optimizer_index() { return optimizers_created_++; }

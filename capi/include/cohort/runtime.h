@@ -94,6 +94,26 @@ COHORT_API void cohort_runtime_destroy(cohort_runtime_t* runtime);
  */
 COHORT_API cohort_status_t cohort_runtime_info(const cohort_runtime_t* runtime, cohort_runtime_info_t* info);
 
+/** @brief CPU time this process has used so far, by thread (filled by cohort_runtime_cpu_times()). */
+typedef struct cohort_cpu_times_t {
+  size_t struct_size;      /**< Set by the caller to sizeof(cohort_cpu_times_t). */
+  double process_s;        /**< CPU seconds of every thread of this process. */
+  double calling_thread_s; /**< CPU seconds of the thread that makes the call. */
+  double engine_s;         /**< CPU seconds of the runtime's collective engine thread. */
+} cohort_cpu_times_t;
+
+/**
+ * @brief CPU seconds used so far by this process, by the calling thread and by the
+ *        runtime's collective engine thread: two readings, taken around a stretch of a
+ *        program, say where its CPU time went (the thread that runs the training steps,
+ *        the engine, the rest). Thread-safe; not collective; cheap (a few system calls).
+ * @param runtime The runtime.
+ * @param[in,out] times Caller-owned; set times->struct_size = sizeof(*times) first.
+ * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for NULL arguments or a bad
+ *   struct_size; ::COHORT_ERR_INVALID_STATE once the runtime is shut down.
+ */
+COHORT_API cohort_status_t cohort_runtime_cpu_times(const cohort_runtime_t* runtime, cohort_cpu_times_t* times);
+
 /** @brief This process's rank. Thread-safe. */
 COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, int* rank);
 

@@ -152,6 +152,32 @@ static void info_and_query_errors(void** state) {
   cohort_runtime_destroy(rt);
 }
 
+/* CPU times: the calling thread's grows with its own work, the process's holds it and the
+ * engine thread's, and the engine, asleep while nothing is submitted, uses next to none. */
+static void cpu_times_follow_the_threads(void** state) {
+  (void)state;
+  cohort_runtime_t* rt = NULL;
+  assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
+  cohort_cpu_times_t before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
+  assert_int_equal(cohort_runtime_cpu_times(rt, &before), COHORT_OK);
+  volatile double sink = 0;
+  while (1) {
+    for (int i = 0; i < 100000; ++i) sink += i * 0.5;
+    assert_int_equal(cohort_runtime_cpu_times(rt, &after), COHORT_OK);
+    if (after.calling_thread_s - before.calling_thread_s >= 0.05) break;
+  }
+  assert_true(after.process_s >= after.calling_thread_s + after.engine_s - 1e-3);
+  assert_true(after.engine_s >= before.engine_s && after.engine_s < 0.5);
+  assert_error(cohort_runtime_cpu_times(NULL, &after), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_cpu_times",
+               "runtime is NULL");
+  assert_error(cohort_runtime_cpu_times(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_cpu_times",
+               "times is NULL");
+  after.struct_size = 3;
+  assert_error(cohort_runtime_cpu_times(rt, &after), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_cpu_times",
+               "set it to sizeof(cohort_cpu_times_t)");
+  cohort_runtime_destroy(rt);
+}
+
 static void bad_settings_fail_creation(void** state) {
   (void)state;
   cohort_runtime_t* rt = (cohort_runtime_t*)0x1;
@@ -191,6 +217,7 @@ int main(void) {
       cmocka_unit_test(config_is_copied_and_readable),
       cmocka_unit_test(runtimes_in_sequence_and_side_by_side),
       cmocka_unit_test(info_and_query_errors),
+      cmocka_unit_test(cpu_times_follow_the_threads),
       cmocka_unit_test(bad_settings_fail_creation),
       cmocka_unit_test(finalize_is_once_and_final),
   };
