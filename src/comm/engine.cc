@@ -379,13 +379,7 @@ bool Engine::cycle() {
     counters_.held.fetch_add(round.ready.size(), std::memory_order_relaxed);
   }
   gate_.admit(round.ready, round.release);
-  {
-    // Held reductions run on the core the compute thread has just left: the ranks'
-    // engine threads would otherwise often share one core, each spinning in MPI for
-    // whole scheduler slices while the other core idles.
-    CorePin pin(round.ready.empty() ? -1 : gate_.release_core());
-    executor_.execute(round.ready);
-  }
+  executor_.execute(round.ready);
   negotiator_.recheck_cached();
   last_cycle_ = Clock::now();
   stalls_.check(negotiator_.table(), last_cycle_);

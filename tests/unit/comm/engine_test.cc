@@ -1168,11 +1168,11 @@ TEST(CommEngine, HeldReductionsLeaveTheEngineThreadFreeToRunAnywhere) {
       engine.compute_begin();
       Tensor t = filled(DType::kF32, {64}, rank);
       auto req = engine.submit(allreduce("pin", t));
-      engine.compute_end();  // held until here, then run pinned to this thread's core
+      engine.compute_end();  // held until here
       ASSERT_TRUE(req->wait().is_ok());
     }
   });
-  // Engines gone; with them alive the pin is undone right after each execution.
+  // Engines gone; with one alive, its thread keeps the process's affinity.
   auto world = std::make_shared<LocalWorld>(1);
   Engine engine(std::make_unique<LocalTransport>(world, 0), o);
   engine.compute_begin();
@@ -1183,7 +1183,7 @@ TEST(CommEngine, HeldReductionsLeaveTheEngineThreadFreeToRunAnywhere) {
   bool shared = false;
   for (int i = 0; i < 1000 && !(shared = all_threads_share_one_affinity()); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_TRUE(shared) << "the engine thread stayed pinned after running held reductions";
+  EXPECT_TRUE(shared) << "the engine thread was left pinned after running held reductions";
 }
 
 TEST(CommEngine, HoldDuringComputeStillRunsACollectiveThatComputeWaitsFor) {
