@@ -271,13 +271,21 @@ Plan build_plan(const Request& request, int np, const Context& context) {
   std::set<std::string> overridden;
   for (size_t i = 0; i < user.size(); ++i)
     if (std::string k = option_key(user, i); !k.empty()) overridden.insert(k);
-  // On this host, with a core for every rank and the placement left to cohortrun, each
-  // rank is bound to cores of its own: its threads (compute, the collective engine,
-  // the input pipeline) then never take another rank's core, and the scheduler never
-  // moves them. Other hosts' cores are not known here, so a job on -H or a hostfile is
-  // not bound.
-  if (hosts.empty() && !plan.oversubscribed && !overridden.count("bind-to") && !overridden.count("map-by"))
+  // --bind-cores: each rank on cores of its own, so its threads (compute, the collective
+  // engine, the input pipeline) never take another rank's core and are never moved. For
+  // a node the job has to itself: where other processes load the cores, a bound rank
+  // cannot move away from them (ranks in lockstep then wait for the most loaded core).
+  // Other hosts' cores are not known here, and more ranks than cores cannot be bound apart.
+  if (request.bind_cores) {
+    if (!hosts.empty())
+      throw UsageError("--bind-cores binds ranks on this host only: it cannot be combined with -H or --hostfile");
+    if (plan.oversubscribed)
+      throw UsageError("--bind-cores needs a core for every rank: " + std::to_string(np) + " ranks, " +
+                       std::to_string(context.cores) + " cores");
+    if (overridden.count("bind-to") || overridden.count("map-by"))
+      throw UsageError("--bind-cores cannot be combined with -bind-to or -map-by in --mpi-args");
     plan.cores_per_rank = context.cores / np;
+  }
 
   if (!request.output_dir.empty()) {
     plan.output_dir = request.output_dir[0] == '/' ? request.output_dir : context.cwd + "/" + request.output_dir;

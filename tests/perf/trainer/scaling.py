@@ -13,7 +13,7 @@ compute and engine threads, and the spread of compute time across ranks per step
 
 Usage: scaling.py --train COHORT_TRAIN --cohortrun COHORTRUN [--np 1,8,16] [--model mnist_cnn]
                   [--batch_size 128] [--num_iter 60] [--warmup 10] [--threads_per_rank 1]
-                  [--repeats 3] [--venv DIR]"""
+                  [--repeats 3] [--bind-cores] [--venv DIR]"""
 import argparse
 import json
 import os
@@ -37,6 +37,8 @@ def parse_args():
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--threads_per_rank", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--bind-cores", action="store_true", help="bind each rank (cohortrun --bind-cores), the ceiling's "
+                   "copies and DDP's ranks alike, to cores of its own")
     p.add_argument("--venv", default="", help="the peers' venv (scripts/bench makes build/peers): its Python runs "
                    "PyTorch DDP when torch imports there, else /usr/bin/python3 (Debian's python3-torch) does")
     a = p.parse_args()
@@ -58,9 +60,11 @@ def summaries(stdout):
 
 
 def train_command(a, np, world):
-    return [a.cohortrun, "-np", str(np), "--", a.train, f"--model={a.model}", f"--batch_size={a.batch_size}",
-            f"--num_iter={a.num_iter}", f"--num_warmup_batches={a.warmup}", f"--threads_per_rank={a.threads_per_rank}",
-            f"--world={world}", "--progress=plain", "--json"]
+    placement = ["--bind-cores"] if a.bind_cores else []
+    return [a.cohortrun, "-np", str(np)] + placement + [
+        "--", a.train, f"--model={a.model}", f"--batch_size={a.batch_size}", f"--num_iter={a.num_iter}",
+        f"--num_warmup_batches={a.warmup}", f"--threads_per_rank={a.threads_per_rank}", f"--world={world}",
+        "--progress=plain", "--json"]
 
 
 def run(cmd, what):
@@ -102,10 +106,10 @@ def free_port():
 
 
 def torch_ddp(a, np):
-    """DDP's global images/sec, its ranks placed as cohortrun places the job's (a share of
-    the cores each while they suffice)."""
+    """DDP's global images/sec, its ranks placed as cohortrun places the job's (with
+    --bind-cores, a share of the cores each)."""
     cores = os.cpu_count() or 1
-    per_rank = cores // np if np <= cores else 0
+    per_rank = cores // np if a.bind_cores and np <= cores else 0
     env = dict(os.environ, WORLD_SIZE=str(np), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                OMP_NUM_THREADS=str(a.threads_per_rank))
     procs = []
@@ -152,7 +156,8 @@ def main():
                 ddp.setdefault(np, []).append(torch_ddp(a, np))
     print(f"{a.model}, batch {a.batch_size} per rank, {a.num_iter} steps ({a.warmup} warm-up), "
           f"{a.threads_per_rank} thread(s) per rank, synthetic data, median of {a.repeats}; "
-          f"{os.cpu_count()} CPUs: {cpu_name()}" + (f"; DDP: {a.python}" if peer else ""))
+          f"{os.cpu_count()} CPUs: {cpu_name()}; ranks {'bound to cores of their own' if a.bind_cores else 'unbound'}"
+          + (f"; DDP: {a.python}" if peer else ""))
     print("ceiling: N independent copies started as one job (cohortrun -np N ... --world=process), "
           "the sum of their median images/sec")
     head = f"{'ranks':>5} {'cohort':>10} {'ceiling':>10} {'cohort/ceil':>11}"

@@ -30,19 +30,10 @@ Argv plan(const Argv& args, const Context& context = plain_context()) {
   return build_plan(request, request.np, context).argv;
 }
 
-// The recommended flags, as every vector below has them unless overridden: ranks on other
-// hosts (or more ranks than cores) are not bound ...
+// The recommended flags, as every vector below has them unless overridden.
 const Argv kFlags = {"-bind-to", "none", "-map-by", "slot",           "-mca", "pml",
                      "ob1",      "-mca", "btl",     "self,vader,tcp", "-mca", "orte_base_help_aggregate",
                      "0"};
-// ... while on this host (2 cores) each rank is bound to cores of its own: 1 each for 2
-// ranks, 2 for 1 rank.
-const Argv kBound1 = {"-bind-to", "core", "-map-by", "slot:PE=1",      "-mca", "pml",
-                      "ob1",      "-mca", "btl",     "self,vader,tcp", "-mca", "orte_base_help_aggregate",
-                      "0"};
-const Argv kBound2 = {"-bind-to", "core", "-map-by", "slot:PE=2",      "-mca", "pml",
-                      "ob1",      "-mca", "btl",     "self,vader,tcp", "-mca", "orte_base_help_aggregate",
-                      "0"};
 const Argv kDefaultExports = {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=plain"};
 
 Argv join(std::initializer_list<Argv> parts) {
@@ -53,14 +44,14 @@ Argv join(std::initializer_list<Argv> parts) {
 
 TEST(LauncherArgv, PlainRunHasRecommendedFlagsAndExports) {
   EXPECT_EQ(plan({"-np", "2", "--", "/bin/echo", "hi"}),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kBound1, kDefaultExports, {"/bin/echo", "hi"}}));
+            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports, {"/bin/echo", "hi"}}));
 }
 
 TEST(LauncherArgv, ProgramWithoutSeparatorAndProgramOnPath) {
   EXPECT_EQ(plan({"-n", "2", "echo", "--np", "9"}),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kBound1, kDefaultExports, {"echo", "--np", "9"}}));
+            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports, {"echo", "--np", "9"}}));
   EXPECT_EQ(plan({"--np=2", "--", "echo", "-np", "9"}),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kBound1, kDefaultExports, {"echo", "-np", "9"}}));
+            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports, {"echo", "-np", "9"}}));
 }
 
 TEST(LauncherArgv, RootAddsAllowRunAsRootAndTtyGivesProgressTty) {
@@ -69,7 +60,7 @@ TEST(LauncherArgv, RootAddsAllowRunAsRootAndTtyGivesProgressTty) {
   c.stdout_tty = true;
   EXPECT_EQ(plan({"-np", "1", "/bin/true"}, c),
             join({{"/usr/bin/mpirun", "-np", "1", "--allow-run-as-root"},
-                  kBound2,
+                  kFlags,
                   {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=tty"},
                   {"/bin/true"}}));
 }
@@ -81,23 +72,33 @@ TEST(LauncherArgv, NotebookShellCommandsAreNotATerminal) {
   EXPECT_FALSE(user_sees_terminal(true, {{"JPY_PARENT_PID", "42"}, {"TERM", "xterm-color"}}));
 }
 
-TEST(LauncherArgv, RanksOnThisHostAreBoundToCoresOfTheirOwn) {
+TEST(LauncherArgv, BindCoresGivesEachRankCoresOfItsOwnOnThisHost) {
   Context c = plain_context();
   c.cores = 16;
   const auto placement = [&](const char* np) {
-    const Argv argv = plan({"-np", np, "/bin/true"}, c);
+    const Argv argv = plan({"-np", np, "--bind-cores", "/bin/true"}, c);
     return Argv(argv.begin() + 3, argv.begin() + 7);
   };
   EXPECT_EQ(placement("16"), (Argv{"-bind-to", "core", "-map-by", "slot:PE=1"}));
   EXPECT_EQ(placement("8"), (Argv{"-bind-to", "core", "-map-by", "slot:PE=2"}));
   EXPECT_EQ(placement("3"), (Argv{"-bind-to", "core", "-map-by", "slot:PE=5"})) << "a core left over stays free";
   EXPECT_EQ(placement("1"), (Argv{"-bind-to", "core", "-map-by", "slot:PE=16"}));
-  // A placement of the user's own replaces cohortrun's, binding and mapping together.
-  EXPECT_EQ(plan({"-np", "2", "--mpi-args", "-map-by node", "/bin/true"}, c),
-            join({{"/usr/bin/mpirun", "-np", "2", "-bind-to", "none"},
+  EXPECT_EQ(plan({"-np", "2", "--bind-cores", "/bin/true"}),
+            join({{"/usr/bin/mpirun", "-np", "2", "-bind-to", "core", "-map-by", "slot:PE=1"},
                   Argv(kFlags.begin() + 4, kFlags.end()),
                   kDefaultExports,
-                  {"-map-by", "node", "/bin/true"}}));
+                  {"/bin/true"}}));
+  const auto refused = [&](const Argv& args, const std::string& why) {
+    try {
+      plan(args, c);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused({"-np", "17", "--bind-cores", "/bin/true"}, "a core for every rank: 17 ranks, 16 cores");
+  refused({"-np", "2", "-H", "a:1,b:1", "--bind-cores", "/bin/true"}, "this host only");
+  refused({"-np", "2", "--bind-cores", "--mpi-args", "-map-by node", "/bin/true"}, "-bind-to or -map-by");
 }
 
 TEST(LauncherArgv, MoreRanksThanCoresOversubscribesAndYields) {
@@ -146,7 +147,7 @@ TEST(LauncherArgv, ExportsOnlyTheVariablesThatAreSet) {
   c.env["NCCLX"] = "no";
   EXPECT_EQ(plan({"-np", "2", "/bin/true"}, c),
             join({{"/usr/bin/mpirun", "-np", "2"},
-                  kBound1,
+                  kFlags,
                   {"-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "COHORT_LOG_LEVEL", "-x", "NCCL_SOCKET_IFNAME", "-x",
                    "OMP_NUM_THREADS", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=plain"},
                   {"/bin/true"}}));
@@ -157,14 +158,14 @@ TEST(LauncherArgv, UserWaitPolicyAndProgressAreKept) {
   c.env["OMP_WAIT_POLICY"] = "ACTIVE";
   c.env["COHORT_PROGRESS"] = "tty";
   EXPECT_EQ(plan({"-np", "2", "/bin/true"}, c), join({{"/usr/bin/mpirun", "-np", "2"},
-                                                      kBound1,
+                                                      kFlags,
                                                       {"-x", "PATH", "-x", "COHORT_PROGRESS", "-x", "OMP_WAIT_POLICY"},
                                                       {"/bin/true"}}));
   // "auto" is resolved here: the ranks cannot see the user's terminal.
   c.env["COHORT_PROGRESS"] = "auto";
   EXPECT_EQ(plan({"-np", "2", "/bin/true"}, c),
             join({{"/usr/bin/mpirun", "-np", "2"},
-                  kBound1,
+                  kFlags,
                   {"-x", "PATH", "-x", "OMP_WAIT_POLICY", "-x", "COHORT_PROGRESS=plain"},
                   {"/bin/true"}}));
 }
@@ -174,7 +175,7 @@ TEST(LauncherArgv, LibrarySettingsBecomeCohortVariablesInCanonicalForm) {
       plan({"-np", "2", "--fusion-threshold-mb=64", "--cycle_time_ms", "2.50", "--timeline-file", "/tmp/my trace.json",
             "--json", "--no-resume", "--precision", "fp16", "--Batch-Size=1e2", "--", "/bin/true"}),
       join({{"/usr/bin/mpirun", "-np", "2"},
-            kBound1,
+            kFlags,
             kDefaultExports,
             {"-x", "COHORT_FUSION_THRESHOLD_MB=64", "-x", "COHORT_CYCLE_TIME_MS=2.5", "-x",
              "COHORT_TIMELINE_FILE=/tmp/my trace.json", "-x", "COHORT_JSON=true", "-x", "COHORT_RESUME=false", "-x",
@@ -189,7 +190,7 @@ TEST(LauncherArgv, ExplicitSettingReplacesInheritedVariable) {
   EXPECT_EQ(
       plan({"-np", "2", "--batch_size", "16", "--nccl-debug", "info", "--env", "COHORT_PROGRESS=tty", "/bin/true"}, c),
       join({{"/usr/bin/mpirun", "-np", "2"},
-            kBound1,
+            kFlags,
             {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_BATCH_SIZE=16", "-x", "NCCL_DEBUG=INFO", "-x",
              "COHORT_PROGRESS=tty"},
             {"/bin/true"}}));
@@ -203,7 +204,7 @@ TEST(LauncherArgv, MpiArgsOverrideRecommendedFlagsAndComeBeforeTheProgram) {
                   {"-mca", "btl", "^openib", "--bind-to", "core", "-x", "FOO", "--mca", "pml", "ucx", "/bin/true"}}));
   EXPECT_EQ(plan({"-np", "2", "--mpi-args", "--report-bindings -mca btl_tcp_if_include 'eth0'", "/bin/true"}),
             join({{"/usr/bin/mpirun", "-np", "2"},
-                  kBound1,
+                  kFlags,
                   kDefaultExports,
                   {"--report-bindings", "-mca", "btl_tcp_if_include", "eth0", "/bin/true"}}));
 }
@@ -213,7 +214,7 @@ TEST(LauncherArgv, SpecialCharactersPassThroughUntouched) {
   Argv args = {"-np", "1", "--env", "A=x y;$(z)", "--env=B='q' \"r\"", "--timeline_file", "/tmp/$(x);y", "--"};
   args.insert(args.end(), program.begin(), program.end());
   EXPECT_EQ(plan(args), join({{"/usr/bin/mpirun", "-np", "1"},
-                              kBound2,
+                              kFlags,
                               kDefaultExports,
                               {"-x", "A=x y;$(z)", "-x", "B='q' \"r\"", "-x", "COHORT_TIMELINE_FILE=/tmp/$(x);y"},
                               program}));
@@ -222,12 +223,12 @@ TEST(LauncherArgv, SpecialCharactersPassThroughUntouched) {
 TEST(LauncherArgv, TagOutputAndOutputDir) {
   EXPECT_EQ(plan({"-np", "2", "--tag-output", "--output-dir", "logs", "/bin/true"}),
             join({{"/usr/bin/mpirun", "-np", "2"},
-                  kBound1,
+                  kFlags,
                   {"--tag-output", "--output-filename", "/work/here/logs"},
                   kDefaultExports,
                   {"/bin/true"}}));
   EXPECT_EQ(plan({"-np", "2", "--output-dir=/var/tmp/x", "/bin/true"}), join({{"/usr/bin/mpirun", "-np", "2"},
-                                                                              kBound1,
+                                                                              kFlags,
                                                                               {"--output-filename", "/var/tmp/x"},
                                                                               kDefaultExports,
                                                                               {"/bin/true"}}));
@@ -292,11 +293,11 @@ TEST(LauncherArgv, RanksRunUnderTheRankMonitorUnlessAskedNotTo) {
   c.monitor = "/opt/cohort/bin/cohortrun-monitor";
   EXPECT_EQ(plan({"-np", "2", "--mpi-args", "-mca btl_base_verbose 1", "--", "/bin/echo", "-x"}, c),
             join({{"/usr/bin/mpirun", "-np", "2"},
-                  kBound1,
+                  kFlags,
                   kDefaultExports,
                   {"-mca", "btl_base_verbose", "1", "/opt/cohort/bin/cohortrun-monitor", "--", "/bin/echo", "-x"}}));
   EXPECT_EQ(plan({"-np", "2", "--no-rank-monitor", "/bin/echo"}, c),
-            join({{"/usr/bin/mpirun", "-np", "2"}, kBound1, kDefaultExports, {"/bin/echo"}}));
+            join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports, {"/bin/echo"}}));
 }
 
 TEST(LauncherArgv, DryRunLineIsShellQuoted) {
