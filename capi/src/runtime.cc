@@ -1,5 +1,6 @@
 #include "runtime/runtime.h"
 
+#include "core/threads.h"
 #include "handles.h"
 #include "runtime/mpi_process.h"
 #include "shim.h"
@@ -61,6 +62,18 @@ COHORT_API cohort_status_t cohort_runtime_info(const cohort_runtime_t* runtime, 
     full.mpi_thread_level = mpi_process::thread_level();
     full.collective_device_id = rt.collective_gpu();
     capi::write_out(info, full, "info");
+  });
+}
+
+COHORT_API cohort_status_t cohort_runtime_cpu_times(const cohort_runtime_t* runtime, cohort_cpu_times_t* times) {
+  return guard("cohort_runtime_cpu_times", [&] {
+    capi::check_struct_size<cohort_cpu_times_t>(need(times, "times")->struct_size, "times");
+    const Runtime& rt = live(runtime);
+    cohort_cpu_times_t full{};
+    full.engine_s = rt.engine_cpu_seconds();
+    full.calling_thread_s = thread_cpu_seconds();
+    full.process_s = process_cpu_seconds();  // last: it holds the two above
+    capi::write_out(times, full, "times");
   });
 }
 

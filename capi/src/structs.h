@@ -132,7 +132,16 @@ COHORT_STRUCT_FIELDS(cohort_run_summary_t, COHORT_FIELD(cohort_run_summary_t, mo
                      COHORT_FIELD(cohort_run_summary_t, variable_update), COHORT_FIELD(cohort_run_summary_t, workers),
                      COHORT_FIELD(cohort_run_summary_t, servers), COHORT_FIELD(cohort_run_summary_t, has_staleness),
                      COHORT_FIELD(cohort_run_summary_t, staleness_mean),
-                     COHORT_FIELD(cohort_run_summary_t, staleness_max), COHORT_FIELD(cohort_run_summary_t, input));
+                     COHORT_FIELD(cohort_run_summary_t, staleness_max), COHORT_FIELD(cohort_run_summary_t, input),
+                     COHORT_FIELD(cohort_run_summary_t, threads));
+COHORT_STRUCT_FIELDS(cohort_thread_cpu_t, COHORT_FIELD(cohort_thread_cpu_t, compute),
+                     COHORT_FIELD(cohort_thread_cpu_t, engine), COHORT_FIELD(cohort_thread_cpu_t, other),
+                     COHORT_FIELD(cohort_thread_cpu_t, has_input), COHORT_FIELD(cohort_thread_cpu_t, readers),
+                     COHORT_FIELD(cohort_thread_cpu_t, decoders),
+                     COHORT_FIELD(cohort_thread_cpu_t, compute_spread_median),
+                     COHORT_FIELD(cohort_thread_cpu_t, compute_spread_p90));
+COHORT_STRUCT_FIELDS(cohort_cpu_times_t, COHORT_FIELD(cohort_cpu_times_t, process_s),
+                     COHORT_FIELD(cohort_cpu_times_t, calling_thread_s), COHORT_FIELD(cohort_cpu_times_t, engine_s));
 COHORT_STRUCT_FIELDS(cohort_step_record_t, COHORT_FIELD(cohort_step_record_t, step),
                      COHORT_FIELD(cohort_step_record_t, epoch), COHORT_FIELD(cohort_step_record_t, loss),
                      COHORT_FIELD(cohort_step_record_t, lr), COHORT_FIELD(cohort_step_record_t, step_s),

@@ -255,6 +255,21 @@ COHORT_API cohort_status_t cohort_run_summary_json(const cohort_run_summary_t* s
     if (c.input)
       s.input = input_stages(pipeline_stats(capi::read_in(c.input, cohort_pipeline_stats_t{}, "summary->input")));
     if (c.extra_json) s.extra = parse_json_members(c.extra_json, "summary->extra_json");
+    if (c.threads) {
+      const cohort_thread_cpu_t t = capi::read_in(c.threads, cohort_thread_cpu_t{}, "summary->threads");
+      auto over_ranks = [](const cohort_over_ranks_t& v) { return RunSummary::OverRanks{v.median, v.max}; };
+      RunSummary::Threads threads;
+      threads.compute = over_ranks(t.compute);
+      threads.engine = over_ranks(t.engine);
+      threads.other = over_ranks(t.other);
+      if (t.has_input) {
+        threads.readers = over_ranks(t.readers);
+        threads.decoders = over_ranks(t.decoders);
+      }
+      threads.compute_spread_median = t.compute_spread_median;
+      threads.compute_spread_p90 = t.compute_spread_p90;
+      s.threads = threads;
+    }
     const std::string text = run_summary_json(s);
     capi::copy_out(text, buffer, size, needed);
   });

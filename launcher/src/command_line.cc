@@ -25,7 +25,7 @@ constexpr LauncherOption kLauncherOptions[] = {
     {"mpirun", true},       {"check_build", false}, {"help", false},
     {"version", false},     {"sweep_out", true},    {"no_rank_monitor", false},
     {"max_restarts", true}, {"min_np", true},       {"exclude_failed_hosts", false},
-    {"over", true},
+    {"over", true},         {"bind_cores", false},
 };
 
 std::string normalize(std::string_view flag) {
@@ -209,6 +209,8 @@ class Parser {
       request_.output_dir = value;
     } else if (key == "tag_output") {
       request_.tag_output = true;
+    } else if (key == "bind_cores") {
+      request_.bind_cores = true;
     } else if (key == "no_rank_monitor") {
       request_.rank_monitor = false;
     } else if (key == "mpirun") {
@@ -330,8 +332,8 @@ class Parser {
       const bool other = np_text_ || !request_.program.empty() || !request_.host_list.empty() ||
                          !request_.hostfile.empty() || request_.dry_run || !request_.mpi_args.empty() ||
                          !request_.exports.empty() || !request_.output_dir.empty() || request_.tag_output ||
-                         !request_.rank_monitor || request_.max_restarts > 0 || request_.exclude_failed_hosts ||
-                         request_.min_np > 0;
+                         request_.bind_cores || !request_.rank_monitor || request_.max_restarts > 0 ||
+                         request_.exclude_failed_hosts || request_.min_np > 0;
       if (other && special_mode_ != Mode::kHelp) throw UsageError(*special_ + " takes no other option and no program");
       request_.mode = special_mode_;
       return;
@@ -407,6 +409,9 @@ Launcher options:
   --nccl-debug LEVEL    NCCL_DEBUG on every rank (VERSION, WARN, INFO, TRACE, ABORT)
   --output-dir DIR      also write each rank's output to DIR/1/rank.N/{stdout,stderr}
   --tag-output          prefix each output line with the rank that wrote it
+  --bind-cores          bind each rank to cores/N cores of its own (-bind-to core -map-by
+                        slot:PE=K): for a node that runs this job alone with every core
+                        computing; only on this host (no -H, no hostfile), N <= cores
   --no-rank-monitor     start PROGRAM directly, not under cohortrun-monitor (which names a
                         rank that fails; it must be at the same path on every host)
   --mpirun PATH         the mpirun to use (default: mpirun on PATH)

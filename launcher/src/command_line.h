@@ -34,6 +34,7 @@ struct Request {
   std::vector<Export> exports;        // library settings, --env, --nccl-debug, in command-line order
   std::string output_dir;             // --output-dir
   bool tag_output = false;
+  bool bind_cores = false;              // --bind-cores: each rank on cores of its own (this host)
   bool rank_monitor = true;             // run each rank under cohortrun-monitor
   std::string mpirun;                   // --mpirun PATH ("" = mpirun on PATH)
   int max_restarts = 0;                 // --max-restarts N: start the job again after a failure

@@ -191,14 +191,20 @@ std::vector<std::string> mpirun_options(const Request& request, const Plan& plan
   if (!request.hostfile.empty()) a.insert(a.end(), {"--hostfile", request.hostfile});
   if (context.root) a.push_back("--allow-run-as-root");
   if (plan.oversubscribed) a.push_back("--oversubscribe");
-  std::vector<Flag> flags = {
-      {{"-bind-to", "none"}, "bind-to"},
-      {{"-map-by", "slot"}, "map-by"},
-      {{"-mca", "pml", "ob1"}, "mca:pml"},
-      {{"-mca", "btl", "self,vader,tcp"}, "mca:btl"},
-      // Without this, Open MPI folds the "rank R exited on signal S" report away.
-      {{"-mca", "orte_base_help_aggregate", "0"}, "mca:orte_base_help_aggregate"},
-  };
+  std::vector<Flag> flags;
+  if (plan.cores_per_rank > 0) {
+    flags.push_back({{"-bind-to", "core"}, "bind-to"});
+    flags.push_back({{"-map-by", "slot:PE=" + std::to_string(plan.cores_per_rank)}, "map-by"});
+  } else {
+    flags.push_back({{"-bind-to", "none"}, "bind-to"});
+    flags.push_back({{"-map-by", "slot"}, "map-by"});
+  }
+  flags.insert(flags.end(), {
+                                {{"-mca", "pml", "ob1"}, "mca:pml"},
+                                {{"-mca", "btl", "self,vader,tcp"}, "mca:btl"},
+                                // Without this, Open MPI folds the "rank R exited on signal S" report away.
+                                {{"-mca", "orte_base_help_aggregate", "0"}, "mca:orte_base_help_aggregate"},
+                            });
   if (plan.oversubscribed) flags.push_back({{"-mca", "mpi_yield_when_idle", "1"}, "mca:mpi_yield_when_idle"});
   for (const Flag& f : flags)
     if (!overridden.count(f.key)) a.insert(a.end(), f.words.begin(), f.words.end());
@@ -265,6 +271,21 @@ Plan build_plan(const Request& request, int np, const Context& context) {
   std::set<std::string> overridden;
   for (size_t i = 0; i < user.size(); ++i)
     if (std::string k = option_key(user, i); !k.empty()) overridden.insert(k);
+  // --bind-cores: each rank on cores of its own, so its threads (compute, the collective
+  // engine, the input pipeline) never take another rank's core and are never moved. For
+  // a node the job has to itself: where other processes load the cores, a bound rank
+  // cannot move away from them (ranks in lockstep then wait for the most loaded core).
+  // Other hosts' cores are not known here, and more ranks than cores cannot be bound apart.
+  if (request.bind_cores) {
+    if (!hosts.empty())
+      throw UsageError("--bind-cores binds ranks on this host only: it cannot be combined with -H or --hostfile");
+    if (plan.oversubscribed)
+      throw UsageError("--bind-cores needs a core for every rank: " + std::to_string(np) + " ranks, " +
+                       std::to_string(context.cores) + " cores");
+    if (overridden.count("bind-to") || overridden.count("map-by"))
+      throw UsageError("--bind-cores cannot be combined with -bind-to or -map-by in --mpi-args");
+    plan.cores_per_rank = context.cores / np;
+  }
 
   if (!request.output_dir.empty()) {
     plan.output_dir = request.output_dir[0] == '/' ? request.output_dir : context.cwd + "/" + request.output_dir;

@@ -35,6 +35,7 @@ struct Plan {
   std::string output_dir;         // absolute --output-dir, or ""
   bool monitored = true;          // each rank runs under cohortrun-monitor (or it was not asked for)
   bool ranks_fill_slots = true;   // ranks fill each host's slots in list order (-map-by slot, not oversubscribed)
+  int cores_per_rank = 0;         // each rank bound to this many cores of its own (0: not bound)
 };
 
 // Throws UsageError for a program that is not found or not executable, a missing

@@ -3,9 +3,11 @@
 // plain MPI_Allreduce on the same buffers in the same run. --resnet50 times one step
 // of ResNet-50's gradient set (161 f32 tensors submitted in backward order). With -c 1
 // it checks every result, prints "# Out of bounds values : N OK|FAILED" and exits 1 when
-// any value is wrong. --buffers cuda puts the buffers in GPU memory (DLPack kDLCUDA on
-// each rank's collective GPU), which cohort moves over NCCL, as nccl-tests does; it exits
-// 77 when some rank has no GPU for it (nothing measured).
+// any value is wrong. Before the table it prints the node's memory reference: one thread
+// copying 256 MiB (memcpy) while the other ranks are idle. --buffers cuda puts the
+// buffers in GPU memory (DLPack kDLCUDA on each rank's collective GPU), which cohort moves
+// over NCCL, as nccl-tests does; it exits 77 when some rank has no GPU for it (nothing
+// measured).
 //
 //   mpirun -np 2 allreduce_perf -b 8 -e 512M -f 2 [-n 20] [-w 5] [-c 1] [-o sum]
 //          [-d float] [-r 0] [--coll allreduce|allgather|broadcast|reducescatter|alltoall]
@@ -14,6 +16,7 @@
 #if COHORT_ALLREDUCE_PERF_CUDA
 #  include <cuda_runtime_api.h>
 #endif
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -413,6 +416,33 @@ double time_us(const Args& a, Fn fn) {
   return max_over_ranks(t);
 }
 
+// The memory bandwidth a collective on this node is measured against: rank 0 copies
+// 256 MiB between two buffers it has touched first (memcpy, page-aligned), best of 7 in
+// GB/s of bytes copied, while the other ranks wait asleep (an MPI barrier would poll a core).
+double memcpy_reference_gbps() {
+  constexpr size_t kBytes = size_t{256} << 20;
+  double best = 0;
+  if (g_rank == 0) {
+    void* src = nullptr;
+    void* dst = nullptr;
+    if (posix_memalign(&src, 4096, kBytes) != 0 || posix_memalign(&dst, 4096, kBytes) != 0)
+      die("out of memory for the memcpy reference (2 x 256 MiB)");
+    std::memset(src, 1, kBytes);
+    std::memset(dst, 2, kBytes);
+    for (int i = 0; i < 7; ++i) {
+      const double t0 = MPI_Wtime();
+      std::memcpy(dst, src, kBytes);
+      best = std::max(best, static_cast<double>(kBytes) / (MPI_Wtime() - t0) / 1e9);
+    }
+    std::free(src);
+    std::free(dst);
+  }
+  MPI_Request done;
+  MPI_Ibarrier(MPI_COMM_WORLD, &done);
+  for (int finished = 0; MPI_Test(&done, &finished, MPI_STATUS_IGNORE), !finished;) usleep(1000);
+  return best;
+}
+
 // Returns the number of wrong values over every size and rank (with -c). With device >= 0
 // the buffers are on that GPU and `note` says so in the header.
 int64_t run_sizes(cohort_runtime_t* rt, const Args& a, int device, const std::string& note) {
@@ -420,8 +450,13 @@ int64_t run_sizes(cohort_runtime_t* rt, const Args& a, int device, const std::st
   bool reduces = a.coll == "allreduce" || a.coll == "reducescatter";
   bool rooted = a.coll == "broadcast";
   bool can_in_place = a.coll == "allreduce" || a.coll == "broadcast";
+  const double reference = memcpy_reference_gbps();
   if (g_rank == 0) {
     std::printf("# cohort %s, %d ranks, collective %s\n", cohort_version_string(), g_size, a.coll.c_str());
+    std::printf(
+        "# memcpy reference: one thread copies 256 MiB (buffers touched first, other ranks idle), "
+        "best of 7: %.2f GB/s\n",
+        reference);
     if (!note.empty()) std::printf("%s", note.c_str());
     std::printf("#%88s%s\n", "out-of-place                       in-place          ",
                 a.raw ? "   raw MPI_Allreduce (in place)" : "");

@@ -44,6 +44,17 @@ typedef struct {
   cohort_eval_result_t last_eval;
 } progress_t;
 
+/* The measured steps' accounting: this rank's CPU times and pipeline statistics when
+ * they began, and each step's compute time (forward and backward). */
+typedef struct {
+  int started;
+  int64_t first_step; /* the step after which measuring began */
+  cohort_cpu_times_t cpu;
+  cohort_pipeline_stats_t input;
+  double* compute_s; /* per step after first_step; NAN on a rank that does not compute */
+  int64_t capacity;
+} accounting_t;
+
 typedef struct {
   settings_t set;
   cohort_config_t* cfg;
@@ -58,6 +69,7 @@ typedef struct {
   int rank, size, local_size;
   int tty; /* draw a live progress line */
   double wall_start;
+  accounting_t acct; /* where the measured steps' time went */
 } trainer_t;
 
 static double now_s(void) {
@@ -439,11 +451,137 @@ static int end_step(trainer_t* t, progress_t* p, int epoch_end, int at_end, int 
   return 0;
 }
 
+/* ---------------------------------------------------------------- accounting */
+
+/* Begins measuring where the time goes, after step `step` (the end of the warm-up). */
+static int start_accounting(trainer_t* t, int64_t step) {
+  accounting_t* a = &t->acct;
+  a->started = 1;
+  a->first_step = step;
+  a->cpu = (cohort_cpu_times_t){.struct_size = sizeof a->cpu};
+  CHECK(cohort_runtime_cpu_times(t->rt, &a->cpu), "reading the CPU times");
+  a->input = (cohort_pipeline_stats_t){.struct_size = sizeof a->input};
+  if (t->train) CHECK(cohort_pipeline_stats(t->train, &a->input), "reading the pipeline's statistics");
+  return 0;
+}
+
+static void account_step(trainer_t* t, int64_t step, double compute_s) {
+  const accounting_t* a = &t->acct;
+  if (a->started && step > a->first_step && step - a->first_step <= a->capacity)
+    a->compute_s[step - a->first_step - 1] = compute_s;
+}
+
+static int compare_doubles(const void* x, const void* y) {
+  const double a = *(const double*)x, b = *(const double*)y;
+  return (a > b) - (a < b);
+}
+
+/* The q-quantile (0..1) of n values, sorted in place: the nearest rank at or above q; the
+ * median (q = 0.5) of an even count is the mean of the two middle values. */
+static double quantile(double* v, int64_t n, double q) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, compare_doubles);
+  if (q == 0.5 && n % 2 == 0) return 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  int64_t i = (int64_t)ceil(q * (double)n) - 1;
+  return v[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+enum { kAcctCompute, kAcctEngine, kAcctOther, kAcctReaders, kAcctDecoders, kAcctKinds };
+
+/* One kind of thread's CPU per step over the ranks that compute: the median and the largest
+ * (rows: one per rank, kAcctKinds + 1 columns, the first saying whether the rank computes). */
+static cohort_over_ranks_t over_ranks(const double* rows, int ranks, int kind) {
+  double* v = malloc(sizeof(double) * (size_t)ranks);
+  int64_t n = 0;
+  for (int r = 0; v && r < ranks; ++r)
+    if (rows[r * (kAcctKinds + 1)] > 0) v[n++] = rows[r * (kAcctKinds + 1) + 1 + kind];
+  cohort_over_ranks_t o = {0, 0};
+  if (n > 0) {
+    o.median = quantile(v, n, 0.5);
+    o.max = v[n - 1];
+  }
+  free(v);
+  return o;
+}
+
+/* Collective: where the measured steps' time went on every rank (gathered once, here):
+ * each kind of thread's CPU seconds per step, and, per step, the longest compute of the
+ * ranks minus the shortest. Returns 0 and leaves *out alone when nothing was measured. */
+static int thread_accounting(trainer_t* t, int64_t steps_done, cohort_thread_cpu_t* out, int* measured) {
+  const accounting_t* a = &t->acct;
+  double counted = a->started ? (double)(steps_done - a->first_step) : 0;
+  CHECK(allreduce_f64(t->rt, "trainer/accounting_steps", &counted, 1, 1), "counting the measured steps");
+  const int64_t n = (int64_t)counted;
+  *measured = n > 0;
+  if (n <= 0) return 0;
+  cohort_cpu_times_t now = {.struct_size = sizeof now};
+  CHECK(cohort_runtime_cpu_times(t->rt, &now), "reading the CPU times");
+  cohort_pipeline_stats_t in = {.struct_size = sizeof in, .limiting_stage = ""};
+  if (t->train) CHECK(cohort_pipeline_stats(t->train, &in), "reading the pipeline's statistics");
+  const int computes = a->started && t->roles.worker;
+  double* rows = calloc((size_t)t->size * (kAcctKinds + 1), sizeof(double));
+  double* high = malloc(sizeof(double) * (size_t)n);
+  double* low = malloc(sizeof(double) * (size_t)n);
+  if (!rows || !high || !low) {
+    free(rows), free(high), free(low);
+    fprintf(stderr, "cohort-train: out of memory\n");
+    return 1;
+  }
+  double* mine = rows + t->rank * (kAcctKinds + 1);
+  if (computes) {
+    const double steps = (double)(steps_done - a->first_step);
+    mine[0] = 1;
+    mine[1 + kAcctCompute] = (now.calling_thread_s - a->cpu.calling_thread_s) / steps;
+    mine[1 + kAcctEngine] = (now.engine_s - a->cpu.engine_s) / steps;
+    mine[1 + kAcctReaders] = (in.read_cpu_s - a->input.read_cpu_s) / steps;
+    mine[1 + kAcctDecoders] = (in.decode_cpu_s + in.augment_cpu_s + in.assemble_cpu_s - a->input.decode_cpu_s -
+                               a->input.augment_cpu_s - a->input.assemble_cpu_s) /
+                              steps;
+    const double other = (now.process_s - a->cpu.process_s) / steps - mine[1 + kAcctCompute] - mine[1 + kAcctEngine] -
+                         mine[1 + kAcctReaders] - mine[1 + kAcctDecoders];
+    mine[1 + kAcctOther] = other > 0 ? other : 0;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const double c = i < a->capacity && computes ? a->compute_s[i] : NAN;
+    high[i] = isnan(c) ? -1e300 : c;
+    low[i] = isnan(c) ? -1e300 : -c;
+  }
+  cohort_status_t s = allreduce_f64(t->rt, "trainer/accounting_rows", rows, (int64_t)t->size * (kAcctKinds + 1), 0);
+  if (s == COHORT_OK) s = allreduce_f64(t->rt, "trainer/accounting_high", high, n, 1);
+  if (s == COHORT_OK) s = allreduce_f64(t->rt, "trainer/accounting_low", low, n, 1);
+  if (s == COHORT_OK) {
+    out->compute = over_ranks(rows, t->size, kAcctCompute);
+    out->engine = over_ranks(rows, t->size, kAcctEngine);
+    out->other = over_ranks(rows, t->size, kAcctOther);
+    out->readers = over_ranks(rows, t->size, kAcctReaders);
+    out->decoders = over_ranks(rows, t->size, kAcctDecoders);
+    out->has_input = t->set.data_dir[0] != '\0';
+    int64_t steps = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (high[i] > -1e300 && low[i] > -1e300) high[steps++] = high[i] + low[i]; /* max - min */
+    out->compute_spread_median = quantile(high, steps, 0.5);
+    out->compute_spread_p90 = quantile(high, steps, 0.9);
+  }
+  free(rows), free(high), free(low);
+  if (s != COHORT_OK) return fail_msg(t, s, "gathering where the time went", 0);
+  return 0;
+}
+
+/* Where a rank's time went, in milliseconds per step (the median rank's). */
+static void print_accounting(const cohort_thread_cpu_t* a) {
+  printf("CPU per step (median rank, ms): compute %.1f, engine %.2f, other %.2f", 1e3 * a->compute.median,
+         1e3 * a->engine.median, 1e3 * a->other.median);
+  if (a->has_input) printf(", readers %.1f, decoders %.1f", 1e3 * a->readers.median, 1e3 * a->decoders.median);
+  printf("; compute spread across ranks per step: median %.1f ms, p90 %.1f ms\n", 1e3 * a->compute_spread_median,
+         1e3 * a->compute_spread_p90);
+}
+
 /* A dedicated parameter server's step: it serves from its own thread, so here it only
  * keeps count, to join the workers' evaluations and checkpoint saves at the same steps. */
 static int serve_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   const int64_t in_epoch = plan->steps_per_epoch > 0 ? p->step % plan->steps_per_epoch : p->step;
   ++p->step;
+  if (p->step == plan->warmup && start_accounting(t, p->step)) return 1;
   const int epoch_end = plan->steps_per_epoch > 0 && in_epoch == plan->steps_per_epoch - 1;
   return end_step(t, p, epoch_end, p->step == plan->total, p->step % t->set.passes == 0);
 }
@@ -484,7 +622,9 @@ static int train_one_step(trainer_t* t, const plan_t* plan, progress_t* p) {
   ++p->step;
   p->loss = st.loss;
   CHECK(cohort_metrics_record(t->metrics, secs, t1 - t0, st.comm_wait_s, images), "recording the step");
+  account_step(t, p->step, st.compute_s);
   if (p->step == plan->warmup && t->set.profile) CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
+  if (p->step == plan->warmup && start_accounting(t, p->step)) return 1;
   cohort_step_record_t rec = {.struct_size = sizeof rec, .step = p->step, .loss = st.loss, .lr = st.lr};
   rec.epoch = plan->steps_per_epoch > 0 ? (double)p->step / (double)plan->steps_per_epoch : 0;
   rec.step_s = secs;
@@ -508,6 +648,14 @@ static int train(trainer_t* t, const plan_t* plan, progress_t* p) {
     fflush(stdout);
   }
   if (t->set.profile && p->step >= plan->warmup) CHECK(cohort_model_set_profiling(t->model, 1), "starting the profile");
+  t->acct.capacity = plan->total - p->step;
+  t->acct.compute_s = malloc(sizeof(double) * (size_t)(t->acct.capacity > 0 ? t->acct.capacity : 1));
+  if (!t->acct.compute_s) {
+    fprintf(stderr, "cohort-train: out of memory\n");
+    return 1;
+  }
+  for (int64_t i = 0; i < t->acct.capacity; ++i) t->acct.compute_s[i] = NAN;
+  if (p->step >= plan->warmup && start_accounting(t, p->step)) return 1;
   while (p->step < plan->total)
     if (train_one_step(t, plan, p)) return 1;
   clear_live(t);
@@ -632,7 +780,12 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   int64_t read = 0;
   cohort_run_summary_t rs = {.struct_size = sizeof rs};
   cohort_pipeline_stats_t input;
-  if (mean_loss(t, &loss) || pipeline_totals(t, &input, &read) || staleness(t, &rs)) return 1;
+  cohort_thread_cpu_t threads = {.struct_size = sizeof threads};
+  int measured = 0;
+  if (mean_loss(t, &loss) || pipeline_totals(t, &input, &read) || staleness(t, &rs) ||
+      thread_accounting(t, p->step, &threads, &measured))
+    return 1;
+  if (measured) rs.threads = &threads;
   const int64_t skipped = input.skipped;
   if (t->set.data_dir[0]) rs.input = &input; /* synthetic data has no pipeline work */
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
@@ -645,6 +798,7 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   printf("----------------------------------------------------------------\n");
   printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);
   if (rs.input) print_input_report(t, &input);
+  if (rs.threads) print_accounting(rs.threads);
   if (rs.has_staleness)
     printf("staleness: %.2f updates behind on average, %lld at most\n", rs.staleness_mean, (long long)rs.staleness_max);
   if (t->set.eval)
@@ -701,6 +855,7 @@ static void usage(void) {
 /* Destroys in the reverse order of creation; the runtime, the one collective destroy,
  * last, so every rank reaches it. */
 static void destroy(trainer_t* t) {
+  free(t->acct.compute_s);
   cohort_run_log_destroy(t->log);
   cohort_metrics_destroy(t->metrics);
   cohort_pipeline_destroy(t->eval);

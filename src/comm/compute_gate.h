@@ -1,13 +1,12 @@
 // The compute gate: with hold_during_compute, agreed reductions wait while a model
 // computes on some rank and run once compute has finished on every rank. On a CPU whose
 // cores all compute, a reduction run during backward only competes with it for the
-// cores. The held reductions then run on the core the compute thread has just left.
+// cores. (The held reductions run where the engine thread runs: on the rank's own cores
+// when cohortrun binds it.)
 //
 // Every rank votes each cycle (CycleFlags::releases_held); the agreed vote decides for
 // all, so every rank holds and releases the same responses in the same order.
 #pragma once
-
-#include <sched.h>
 
 #include <memory>
 #include <mutex>
@@ -41,31 +40,13 @@ class ComputeGate {
   // Held responses wait while compute on this rank has ended: the next cycle should
   // come at once.
   bool release_pending() const { return !held_.empty() && !computing(); }
-  // The core to run released reductions on: the one the last bracket ended on, or -1.
-  int release_core() const;
 
  private:
   const bool hold_;
   std::shared_ptr<WaitCount> waits_ = std::make_shared<WaitCount>();
   mutable std::mutex mu_;
   int computing_ = 0;           // open brackets
-  int compute_cpu_ = -1;        // the core the last bracket ended on (sched_getcpu), -1 unknown
   std::vector<Response> held_;  // engine thread only
-};
-
-// Pins the calling thread to one core for its lifetime and restores its affinity
-// after; does nothing for cpu < 0 or a core outside the thread's affinity.
-class CorePin {
- public:
-  explicit CorePin(int cpu);
-  ~CorePin();
-  CorePin(const CorePin&) = delete;
-  CorePin& operator=(const CorePin&) = delete;
-  bool pinned() const { return pinned_; }
-
- private:
-  cpu_set_t saved_;
-  bool pinned_ = false;
 };
 
 }  // namespace cohort::comm

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/logging.h"
+#include "core/threads.h"
 
 namespace cohort::comm {
 namespace {
@@ -38,7 +39,18 @@ Engine::Engine(std::unique_ptr<Transport> transport, EngineOptions options,
                 [this] { restart_barrier_numbering(); }),
       mailbox_(*transport_) {
   timeline_.enable(!options_.timeline_file.empty());
-  thread_ = std::thread([this] { run(); });
+  // A caller that blocks on a collective while this rank computes needs it negotiated now.
+  gate_.waits()->on_block = [this] {
+    std::lock_guard lock(mu_);
+    cv_.notify_all();
+  };
+  thread_ = std::thread([this] {
+    run();
+    std::lock_guard lock(mu_);
+    thread_done_ = true;
+    thread_cpu_s_ = thread_cpu_seconds();
+  });
+  thread_handle_ = thread_.native_handle();
 }
 
 Engine::~Engine() {
@@ -221,6 +233,12 @@ void Engine::compute_end() {
 
 EngineStats Engine::stats() const { return counters_.snapshot(); }
 
+double Engine::cpu_seconds() const {
+  // Under the lock the thread cannot finish, so its clock is still there to read.
+  std::lock_guard lock(mu_);
+  return thread_done_ ? thread_cpu_s_ : thread_cpu_seconds(thread_handle_);
+}
+
 std::string Engine::last_stall_report() const { return stalls_.last_report(); }
 
 void Engine::restart_barrier_numbering() {
@@ -236,10 +254,8 @@ void Engine::run() {
   try {
     sync_clocks();
     next_cycle_ = Clock::now();
-    bool cycled = true;
     while (true) {
-      cycled = wait_for_work(cycled);
-      if (cycled && cycle()) break;
+      if (wait_for_work() && cycle()) break;
       progress_messages();
     }
     fail_all(Status(Code::kCancelled, "the collective engine shut down before every rank submitted this collective"));
@@ -260,27 +276,31 @@ void Engine::run() {
   }
 }
 
-bool Engine::wait_for_work(bool after_cycle) {
+bool Engine::wait_for_work() {
   std::unique_lock lock(mu_);
-  // Work now: a submission, the shutdown, or held reductions while compute is done here
-  // (meet the other ranks' next cycles at once; compute_end wakes the thread for it).
-  auto work = [&] { return !queue_.empty() || shutdown_requested_ || gate_.release_pending(); };
-  // A caller that just got its result often submits again within microseconds: poll
-  // briefly (yielding the core) before sleeping.
-  auto until = Clock::now() + std::chrono::microseconds(after_cycle ? Request::kSpinUs : 0);
-  while (!work() && messages_.empty() && Clock::now() < until) {
-    lock.unlock();
-    std::this_thread::yield();
-    lock.lock();
+  // While this rank computes and holds reductions (no caller waits for one), negotiating
+  // is put off: nothing agreed could run before compute ends here, and every cycle is a
+  // barrier of all ranks that takes a core from compute. Its submissions are announced
+  // when compute ends (compute_end wakes the thread), and it only ticks meanwhile
+  // (kComputeTick), so that stalls and shutting-down peers are still noticed.
+  auto deferring = [&] { return !gate_.releases(); };
+  // Work now: the shutdown, held reductions while compute is done here (meet the other
+  // ranks' cycles at once), or submissions unless they are put off.
+  auto work = [&] { return shutdown_requested_ || gate_.release_pending() || (!queue_.empty() && !deferring()); };
+  auto due = [&] { return deferring() ? std::max(next_cycle_, last_cycle_ + kComputeTick) : next_cycle_; };
+  while (!work() && messages_.empty()) {
+    // Messages in flight are polled between cycles; a message never brings a cycle
+    // forward, so ranks that only exchange messages do not negotiate more often.
+    auto wake = due();
+    if (Clock::now() >= wake) return true;
+    if (mailbox_.active()) {
+      wake = std::min<Clock::time_point>(wake, Clock::now() + mailbox_.poll_interval());
+      cv_.wait_until(lock, wake);
+      return work() || Clock::now() >= due();
+    }
+    cv_.wait_until(lock, wake);  // woken by a submission, compute_end, a blocked caller, shutdown
   }
-  if (work()) return true;
-  if (!messages_.empty()) return false;  // post them; the next cycle keeps its time
-  // Messages in flight are polled between cycles; a message never brings a cycle
-  // forward, so ranks that only exchange messages do not negotiate more often.
-  auto wake = next_cycle_;
-  if (mailbox_.active()) wake = std::min<Clock::time_point>(wake, Clock::now() + mailbox_.poll_interval());
-  cv_.wait_until(lock, wake, [&] { return work() || !messages_.empty(); });
-  return work() || Clock::now() >= next_cycle_;
+  return work();  // else post the messages; the next cycle keeps its time
 }
 
 void Engine::progress_messages() {
@@ -359,19 +379,16 @@ bool Engine::cycle() {
     counters_.held.fetch_add(round.ready.size(), std::memory_order_relaxed);
   }
   gate_.admit(round.ready, round.release);
-  {
-    // Held reductions run on the core the compute thread has just left: the ranks'
-    // engine threads would otherwise often share one core, each spinning in MPI for
-    // whole scheduler slices while the other core idles.
-    CorePin pin(round.ready.empty() ? -1 : gate_.release_core());
-    executor_.execute(round.ready);
-  }
+  executor_.execute(round.ready);
   negotiator_.recheck_cached();
-  stalls_.check(negotiator_.table(), Clock::now());
+  last_cycle_ = Clock::now();
+  stalls_.check(negotiator_.table(), last_cycle_);
+  // Only a rank with operations pending cycles at cycle_time_ms: a rank with none is
+  // needed by no cycle until it submits, which starts one at once.
   next_cycle_ =
-      Clock::now() + (negotiator_.busy() ? std::chrono::duration_cast<Clock::duration>(
-                                               std::chrono::duration<double, std::milli>(options_.cycle_time_ms))
-                                         : std::chrono::duration_cast<Clock::duration>(kIdleTick));
+      last_cycle_ + (negotiator_.pending() ? std::chrono::duration_cast<Clock::duration>(
+                                                 std::chrono::duration<double, std::milli>(options_.cycle_time_ms))
+                                           : std::chrono::duration_cast<Clock::duration>(kIdleTick));
   return round.all_shutting_down;
 }
 

@@ -6,10 +6,15 @@
 // Why one thread: collectives must be issued in the same order on every rank, and MPI
 // (or NCCL) calls from many threads would need a global order anyway. The thread
 // sleeps on a condition variable; a submit wakes it at once, and so does the end of
-// compute while it holds reductions (compute_end), and while some rank still waits for
-// others it cycles every cycle_time_ms. With nothing pending anywhere
+// compute while it holds reductions (compute_end), and while this rank has operations
+// pending (waiting for other ranks) it cycles every cycle_time_ms. With nothing pending
 // it ticks every kIdleTick so that a rank stuck waiting for an idle peer is noticed
-// (stall inspector) instead of hanging silently.
+// (stall inspector) instead of hanging silently. Waiting for the other ranks inside a
+// cycle sleeps too (the transports' control plane), so a waiting engine takes no core.
+//
+// With hold_during_compute a rank that computes puts negotiating off until its compute
+// ends (or a caller waits for a collective): it could run nothing agreed meanwhile, and
+// every cycle is a barrier of all ranks. A step of a model then costs one cycle.
 //
 // The engine itself takes submissions and runs the cycle; each job of a cycle is a
 // part of its own: the Negotiator agrees with the other ranks on what is ready (cache
@@ -18,6 +23,8 @@
 // operation), the StallInspector reports and ends collectives some ranks never submit,
 // and the Timeline records it all.
 #pragma once
+
+#include <pthread.h>
 
 #include <condition_variable>
 #include <functional>
@@ -117,6 +124,8 @@ class Engine {
   void compute_begin();
   void compute_end();
   EngineStats stats() const;
+  // CPU seconds the engine thread has used so far (any thread).
+  double cpu_seconds() const;
   // The most recent stall warning text (rank 0), for tests and tools.
   std::string last_stall_report() const;
   // Unblocks the engine thread when the process is going down (peer lost): stops the
@@ -125,6 +134,9 @@ class Engine {
   void abort();
 
   static constexpr std::chrono::milliseconds kIdleTick{50};
+  // How often a rank that puts off negotiating while it computes (hold_during_compute)
+  // cycles all the same.
+  static constexpr std::chrono::milliseconds kComputeTick{1000};
 
  private:
   void validate(const TensorEntry& e) const;
@@ -132,8 +144,8 @@ class Engine {
   void run();
   bool cycle();
   // Returns whether a negotiation cycle is due (work, shutdown, or its time has come);
-  // false when only messages need posting or polling. Spins briefly first after a cycle.
-  bool wait_for_work(bool after_cycle);
+  // false when only messages need posting or polling.
+  bool wait_for_work();
   void progress_messages();
   void sync_clocks();
   void merge_timeline();
@@ -165,11 +177,15 @@ class Engine {
   Status stop_status_;
   uint64_t submitted_ = 0;
   uint64_t barrier_count_ = 0;
-  uint64_t join_epoch_ = 0;  // completed joins: part of barrier names
+  uint64_t join_epoch_ = 0;   // completed joins: part of barrier names
+  bool thread_done_ = false;  // run() has returned: its CPU time is thread_cpu_s_
+  double thread_cpu_s_ = 0;
 
   int64_t clock_offset_us_ = 0;   // engine thread only
   Clock::time_point next_cycle_;  // engine thread only: when an idle or busy cycle is due
+  Clock::time_point last_cycle_;  // engine thread only: the end of the last cycle
   std::thread thread_;
+  pthread_t thread_handle_{};  // set by the constructor, read by cpu_seconds()
 };
 
 }  // namespace cohort::comm

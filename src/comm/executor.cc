@@ -198,25 +198,35 @@ void Executor::allreduce_fused(const std::vector<Response*>& batch) {
 void Executor::allreduce_direct(const std::vector<Response*>& batch, Transport& t) {
   const Meta& a = batch.front()->agreed;
   int64_t t0 = Timeline::now_us();
-  std::vector<std::pair<void*, size_t>> bufs;
+  // Host tensors reduce straight from the input into the output; device tensors, or an
+  // input to scale first, are copied into the output and reduced there in place.
+  const bool into = &t == &host_ && a.prescale == 1.0;
+  std::vector<Transport::Reduction> bufs;
   std::vector<Tensor> zeros;
   for (Response* r : batch) {
-    size_t count = static_cast<size_t>(shape_numel(r->agreed.shape));
-    void* buf;
+    Transport::Reduction b{nullptr, nullptr, static_cast<size_t>(shape_numel(r->agreed.shape))};
     if (TensorEntry* e = negotiator_.entry(r->name)) {
       t.wait_event(e->ready);
-      buf = e->output.data();
-      if (buf != e->input.data() && count) t.copy(buf, e->input.data(), nbytes(r->agreed), e->input.device());
+      b.in = e->input.data();
+      b.out = e->output.data();
+      if (!into && b.out != b.in && b.count) t.copy(b.out, b.in, nbytes(r->agreed), e->input.device());
+      if (!into) b.in = b.out;
     } else {
       zeros.push_back(joined_contribution(t, r->agreed));
-      buf = zeros.back().data();
+      b.in = b.out = zeros.back().data();
     }
-    t.scale(buf, count, a.dtype, a.prescale);
-    bufs.emplace_back(buf, count);
+    if (b.in == b.out) t.scale(b.out, b.count, a.dtype, a.prescale);
+    bufs.push_back(b);
   }
-  t.allreduce_many(bufs, a.dtype, to_kernel(a.op));
+  if (into) {
+    t.allreduce_many_into(bufs, a.dtype, to_kernel(a.op));
+  } else {
+    std::vector<std::pair<void*, size_t>> in_place;
+    for (const Transport::Reduction& b : bufs) in_place.emplace_back(b.out, b.count);
+    t.allreduce_many(in_place, a.dtype, to_kernel(a.op));
+  }
   const double post = postscale_factor(a, size_);
-  for (const auto& [buf, count] : bufs) t.scale(buf, count, a.dtype, post);
+  for (const Transport::Reduction& b : bufs) t.scale(b.out, b.count, a.dtype, post);
   if (timeline_.enabled()) {
     int64_t t1 = Timeline::now_us();
     for (Response* r : batch) timeline_.span(r->name, "ALLREDUCE", t0, t1);

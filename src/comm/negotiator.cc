@@ -115,7 +115,6 @@ Negotiator::Round Negotiator::negotiate(const Vote& mine, Clock::time_point now)
   words[0] = flags.to_word();
   control_.and_words(words);
   const CycleFlags all = CycleFlags::from_word(words[0]);
-  global_idle_ = all.idle;
 
   Round round;
   round.all_shutting_down = all.shutting_down;

@@ -66,9 +66,9 @@ class Negotiator {
   // Completes every pending request with `s`.
   void fail_all(const Status& s);
 
-  // Whether another cycle soon may make progress: something is pending here or on
-  // some other rank (as of the last cycle).
-  bool busy() const { return !pending_.empty() || !global_idle_; }
+  // Whether this rank has operations pending (announced, waiting for other ranks, or
+  // held): only then may another cycle soon make progress that needs it.
+  bool pending() const { return !pending_.empty(); }
   AnnouncementTable& table() { return table_; }
 
  private:
@@ -103,7 +103,6 @@ class Negotiator {
   std::unordered_map<std::string, uint64_t> pending_by_name_;
   AnnouncementTable table_;
   ResponseCache cache_;
-  bool global_idle_ = true;
   bool shutting_down_ = false;  // this rank's vote of the current cycle
 };
 

@@ -38,6 +38,23 @@ class Transport {
   virtual void allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
     for (const auto& [buf, count] : bufs) allreduce(buf, count, t, op);
   }
+  // Several independent out-of-place allreduces of one dtype and op in host memory: each
+  // `out` receives the reduction of every rank's `in` (count elements; in == out is in
+  // place) and `in` is left as it was. By default each `in` is copied to its `out`, which
+  // is then reduced in place.
+  struct Reduction {
+    const void* in;
+    void* out;
+    size_t count;
+  };
+  virtual void allreduce_many_into(const std::vector<Reduction>& bufs, DType t, kernels::Reduce op) {
+    std::vector<std::pair<void*, size_t>> in_place;
+    for (const Reduction& r : bufs) {
+      if (r.in != r.out && r.count) copy_bytes(r.out, r.in, r.count * dtype_size(t));
+      in_place.emplace_back(r.out, r.count);
+    }
+    allreduce_many(in_place, t, op);
+  }
   // recv holds every rank's block back to back; bytes[r] is rank r's block size.
   virtual void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) = 0;
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;

@@ -1,7 +1,5 @@
 #include "comm/types.h"
 
-#include <thread>
-
 namespace cohort::comm {
 
 const char* op_type_name(OpType t) {
@@ -57,26 +55,39 @@ bool Request::test() const {
   return pending_ == 0;
 }
 
+// Counts the calling thread among the blocked callers for its lifetime.
+class Request::Blocked {
+ public:
+  explicit Blocked(const std::shared_ptr<WaitCount>& waits) : waits_(waits.get()) {
+    if (!waits_) return;
+    ++waits_->blocked;
+    if (waits_->on_block) waits_->on_block();
+  }
+  ~Blocked() {
+    if (waits_) --waits_->blocked;
+  }
+  Blocked(const Blocked&) = delete;
+  Blocked& operator=(const Blocked&) = delete;
+
+ private:
+  WaitCount* waits_;
+};
+
 Status Request::wait() const {
-  // Small collectives finish within microseconds: poll briefly (yielding the core) before
-  // paying for a sleep and a wake-up.
-  auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinUs);
-  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-  std::unique_lock lock(mu_);
-  const bool blocks = pending_ > 0 && waits_;
-  if (blocks) ++waits_->blocked;
-  cv_.wait(lock, [&] { return pending_ == 0; });
-  if (blocks) --waits_->blocked;
-  return status_;
+  // No polling first: the engine thread may need this core to finish the request.
+  if (!done_.load(std::memory_order_acquire)) {
+    Blocked blocked(waits_);
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+  return status();
 }
 
 bool Request::wait_for(std::chrono::nanoseconds timeout) const {
+  if (done_.load(std::memory_order_acquire)) return true;
+  Blocked blocked(waits_);
   std::unique_lock lock(mu_);
-  const bool blocks = pending_ > 0 && waits_;
-  if (blocks) ++waits_->blocked;
-  const bool done = cv_.wait_for(lock, timeout, [&] { return pending_ == 0; });
-  if (blocks) --waits_->blocked;
-  return done;
+  return cv_.wait_for(lock, timeout, [&] { return pending_ == 0; });
 }
 
 Status Request::status() const {

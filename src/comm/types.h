@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,9 +26,12 @@ const char* op_type_name(OpType t);
 const char* reduce_op_name(ReduceOp op);
 
 // How many callers are blocked in Request::wait, per engine: with hold_during_compute a
-// rank whose compute waits for a collective must not hold reductions back.
+// rank whose compute waits for a collective must not hold reductions back, nor put off
+// negotiating them. on_block (set before any request exists) runs when a caller starts
+// blocking: the engine wakes its thread to negotiate at once.
 struct WaitCount {
   std::atomic<int> blocked{0};
+  std::function<void()> on_block;
 };
 
 // What a caller waits on: one submission (a single tensor or a group). Completed by
@@ -36,7 +40,6 @@ class Request {
  public:
   explicit Request(int parts, std::shared_ptr<WaitCount> waits = {})
       : pending_(parts), done_(parts == 0), waits_(std::move(waits)) {}
-  static constexpr int kSpinUs = 50;
 
   bool test() const;
   // Blocks until done; returns the request's status (never throws).
@@ -63,6 +66,7 @@ class Request {
   void complete_part(const Status& s);
 
  private:
+  class Blocked;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   int pending_;

@@ -1,6 +1,6 @@
 #include "core/threads.h"
 
-#include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,9 +16,39 @@ int available_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-int thread_budget(int local_ranks, int requested) {
+int thread_budget(int ranks_sharing, int requested) {
   if (requested > 0) return requested;
-  return std::max(1, available_cores() / std::max(1, local_ranks));
+  return std::max(1, available_cores() / std::max(1, ranks_sharing));
+}
+
+int ranks_sharing_cpus(const std::vector<cpu_set_t>& masks, size_t me) {
+  int sharing = 0;
+  for (const cpu_set_t& m : masks) {
+    cpu_set_t both;
+    CPU_AND(&both, &m, &masks.at(me));
+    sharing += CPU_COUNT(&both) > 0 ? 1 : 0;
+  }
+  return std::max(1, sharing);
+}
+
+namespace {
+
+double clock_seconds(clockid_t clock) {
+  timespec ts{};
+  if (clock_gettime(clock, &ts) != 0) return 0;
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+double process_cpu_seconds() { return clock_seconds(CLOCK_PROCESS_CPUTIME_ID); }
+
+double thread_cpu_seconds() { return clock_seconds(CLOCK_THREAD_CPUTIME_ID); }
+
+double thread_cpu_seconds(pthread_t thread) {
+  clockid_t clock;
+  if (pthread_getcpuclockid(thread, &clock) != 0) return 0;
+  return clock_seconds(clock);
 }
 
 ThreadPool::ThreadPool(int threads) {

@@ -1,6 +1,10 @@
-// The thread budget (cores / local ranks) and a small fixed thread pool. Nothing in
-// cohort spins: idle workers sleep on a condition variable.
+// The thread budget (a rank's cores divided among the ranks that share them), a small
+// fixed thread pool, and the CPU time of threads. Nothing in cohort spins: idle workers
+// sleep on a condition variable.
 #pragma once
+
+#include <pthread.h>
+#include <sched.h>
 
 #include <condition_variable>
 #include <cstddef>
@@ -15,9 +19,21 @@ namespace cohort {
 // Cores this process may run on (its CPU affinity mask), at least 1.
 int available_cores();
 
-// Threads one rank may use: `requested` when > 0, else available_cores() / local_ranks,
-// at least 1.
-int thread_budget(int local_ranks, int requested);
+// Threads one rank may use: `requested` when > 0, else available_cores() divided among
+// the ranks that share those cores (this one included), at least 1.
+int thread_budget(int ranks_sharing, int requested);
+
+// How many of `masks` (the CPU affinity masks of a node's ranks) share a CPU with
+// masks[me], that one included: every local rank when the ranks may run anywhere, 1 when
+// the launcher bound each rank to cores of its own.
+int ranks_sharing_cpus(const std::vector<cpu_set_t>& masks, size_t me);
+
+// CPU seconds used so far: by every thread of this process, by the calling thread, and
+// by `thread`, a thread of this process that has not exited (0 when its clock cannot be
+// read).
+double process_cpu_seconds();
+double thread_cpu_seconds();
+double thread_cpu_seconds(pthread_t thread);
 
 class ThreadPool {
  public:

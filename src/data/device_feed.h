@@ -56,9 +56,9 @@ class DeviceFeed {
   OwnedStream copy_;
   std::unique_ptr<Buffer> buffers_[2];
   int64_t calls_ = 0;
-  std::exception_ptr pending_error_;  // the pipeline failed while prefetching
+  std::exception_ptr pending_error_;                                 // the pipeline failed while prefetching
   std::map<const void*, std::unique_ptr<Buffer>> synthetic_copies_;  // by host slot
-  std::atomic<double> copy_s_{0};  // read by stats() from any thread
+  std::atomic<double> copy_s_{0};                                    // read by stats() from any thread
   std::atomic<int64_t> copy_bytes_{0};
 };
 

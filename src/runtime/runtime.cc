@@ -24,6 +24,21 @@ void free_comm(MPI_Comm& comm) {
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
   comm = MPI_COMM_NULL;
 }
+
+// Collective over the node's ranks: how many of them may run on a CPU this process may
+// run on (cohortrun binds each rank to cores of its own when they are enough).
+int ranks_sharing_my_cpus(MPI_Comm local) {
+  int size = 1, rank = 0;
+  MPI_Comm_size(local, &size);
+  MPI_Comm_rank(local, &rank);
+  std::vector<cpu_set_t> masks(static_cast<size_t>(size));
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (sched_getaffinity(0, sizeof mine, &mine) != 0) return size;
+  mpi_check(MPI_Allgather(&mine, sizeof mine, MPI_BYTE, masks.data(), sizeof mine, MPI_BYTE, local),
+            "MPI_Allgather (CPU affinity of the node's ranks)");
+  return ranks_sharing_cpus(masks, static_cast<size_t>(rank));
+}
 }  // namespace
 
 Runtime::Runtime(const Config& config) : config_(config) {
@@ -47,7 +62,7 @@ Runtime::Runtime(const Config& config) : config_(config) {
     mpi_check(MPI_Comm_rank(cross_, &layout_.cross_rank), "MPI_Comm_rank(cross)");
     mpi_check(MPI_Comm_size(cross_, &layout_.cross_size), "MPI_Comm_size(cross)");
     set_log_rank(layout_.size > 1 ? layout_.rank : -1);
-    thread_budget_ = cohort::thread_budget(layout_.local_size, requested_threads);
+    thread_budget_ = cohort::thread_budget(ranks_sharing_my_cpus(local_), requested_threads);
     choose_device();
     find_shared_gpus();
     auto chunk = static_cast<size_t>(config_.get_int("allreduce_chunk_kb")) * 1024;

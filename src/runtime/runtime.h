@@ -29,7 +29,7 @@ struct RankLayout {
 class Runtime {
  public:
   // Collective over MPI_COMM_WORLD. Throws on MPI failure, after finalize, or, with
-  // kUnsupported, for device=cuda (no GPU is usable, or the CUDA backend cannot train).
+  // kUnsupported, for device=cuda (no GPU is usable, or a build without CUDA).
   explicit Runtime(const Config& config);
   // Shuts down (collective) unless shutdown() already ran.
   ~Runtime();
@@ -81,6 +81,11 @@ class Runtime {
   comm::Engine& engine() {
     check_open("a collective");
     return *engine_;
+  }
+  // CPU seconds the engine thread has used so far. Throws kInvalidState after shutdown().
+  double engine_cpu_seconds() const {
+    check_open("reading the engine's CPU time");
+    return engine_->cpu_seconds();
   }
   // 0, 1, 2, ... one per call: names the collectives of each optimizer created on this
   // runtime apart (ranks create theirs in the same order, so the numbers agree).

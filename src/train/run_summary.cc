@@ -69,6 +69,23 @@ std::string run_summary_json(const RunSummary& s) {
         .add_string("limiting_stage", in.limiting_stage);
     o.add_object("input", input);
   }
+  if (s.threads) {
+    const RunSummary::Threads& t = *s.threads;
+    auto over_ranks = [](const RunSummary::OverRanks& v) {
+      JsonObject j;
+      j.add_number("median", v.median).add_number("max", v.max);
+      return j;
+    };
+    JsonObject threads;
+    threads.add_object("compute", over_ranks(t.compute))
+        .add_object("engine", over_ranks(t.engine))
+        .add_object("other", over_ranks(t.other));
+    if (t.readers) threads.add_object("readers", over_ranks(*t.readers));
+    if (t.decoders) threads.add_object("decoders", over_ranks(*t.decoders));
+    JsonObject spread;
+    spread.add_number("median", t.compute_spread_median).add_number("p90", t.compute_spread_p90);
+    o.add_object("threads", threads).add_object("compute_spread_s", spread);
+  }
   for (const auto& [key, value] : s.extra) {
     require(!value.empty(), "run summary: extra field '", key, "' has no value");
     require(!o.has(key), "run summary: extra field '", key, "' would repeat a field of the summary");

@@ -48,6 +48,18 @@ struct RunSummary {
     std::string limiting_stage;
   };
   std::optional<InputStages> input;
+  // Where the ranks' time went in the measured steps: CPU seconds per step of each kind of
+  // thread of a rank, the median and the largest over the ranks that compute, and the
+  // spread of the ranks' compute times (per step, the longest minus the shortest).
+  struct OverRanks {
+    double median = 0, max = 0;
+  };
+  struct Threads {
+    OverRanks compute, engine, other;
+    std::optional<OverRanks> readers, decoders;  // a pipeline with threads
+    double compute_spread_median = 0, compute_spread_p90 = 0;
+  };
+  std::optional<Threads> threads;
   // Further fields, appended after the fixed ones in order: key → the text of one JSON
   // value. A key that repeats a field written before it (a fixed one, or an earlier
   // extra one) is an error, so a reader never meets the same key twice.
@@ -70,7 +82,9 @@ inline constexpr const char* kRunSummarySchema = "cohort.run/1";
 //  "top1": … | null, "top5": … | null, "wall_s": …,
 //  ["variable_update": …, "workers": …, "servers": …, ["staleness": {"mean", "max"}]],
 //  ["input": {"cpu_s_per_image": {"read", "decode", "augment", "assemble", "total"},
-//             "read_bytes_per_s": …, "limiting_stage": …}], extra…}
+//             "read_bytes_per_s": …, "limiting_stage": …}],
+//  ["threads": {"compute", "engine", "other", ["readers", "decoders"]} each {"median", "max"},
+//   "compute_spread_s": {"median", "p90"}], extra…}
 // Throws kInvalidArgument naming an extra field that has no value, is not one JSON
 // value or repeats a key.
 std::string run_summary_json(const RunSummary& s);

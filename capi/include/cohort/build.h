@@ -40,9 +40,8 @@ typedef struct cohort_build_info_t {
   const char* jpeg_turbo;       /**< libjpeg-turbo version cohort was compiled against, e.g. "2.1.5". */
   int gpu_count;                /**< GPUs this process sees (0 without GPU, driver or CUDA backend). */
   const char* gpu_note;         /**< Why gpu_count is 0 (e.g. the CUDA error), else "". */
-  int cuda_trains;              /**< 1 when models can compute on a GPU; 0 in this version: the CUDA backend
-                                     cannot train yet, so models compute on the CPU and GPUs serve
-                                     collectives of CUDA tensors only. */
+  int cuda_trains;              /**< 1 when models can compute on a GPU (a build with the CUDA backend),
+                                     else 0: models compute on the CPU. */
 } cohort_build_info_t;
 
 /**

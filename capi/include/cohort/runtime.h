@@ -41,7 +41,8 @@ typedef struct cohort_runtime_info_t {
   int local_size;                   /**< Ranks on this node. */
   int cross_rank;                   /**< Index of this node among nodes with this local_rank. */
   int cross_size;                   /**< Number of nodes with a rank of this local_rank. */
-  int thread_budget;                /**< Threads this rank may use: cores / local ranks, or threads_per_rank. */
+  int thread_budget;                /**< Threads this rank may use: the cores it may run on / the local ranks
+                                         that may run on them too, or threads_per_rank. */
   cohort_device_type_t device_type; /**< Where models compute: the CPU in this version, GPUs or not. */
   int device_id;                    /**< CUDA device ordinal models compute on, or -1 for the CPU. */
   int cuda_device_count;            /**< GPUs visible to this process (0 without GPU or without CUDA). */
@@ -57,10 +58,11 @@ typedef struct cohort_runtime_info_t {
  * @param[out] out Receives the runtime, owned by the caller (cohort_runtime_destroy()).
  * @return ::COHORT_ERR_INVALID_STATE after cohort_finalize() or once a peer was lost;
  *   ::COHORT_ERR_MPI if MPI cannot be initialized or provides less than
- *   MPI_THREAD_SERIALIZED; ::COHORT_ERR_UNSUPPORTED if `device=cuda` is asked for: no GPU
- *   is usable, or (in this version, whatever the GPUs) the CUDA backend cannot train yet.
- *   With `device=auto` models compute on the CPU and a visible GPU serves collectives of
- *   CUDA tensors (cohort_runtime_info_t::collective_device_id).
+ *   MPI_THREAD_SERIALIZED; ::COHORT_ERR_UNSUPPORTED if `device=cuda` is asked for and no
+ *   GPU is usable, or this build has no CUDA backend. With `device=auto` models compute
+ *   on the local rank's GPU where one is visible (local rank modulo the node's GPUs),
+ *   which also serves collectives of CUDA tensors
+ *   (cohort_runtime_info_t::collective_device_id), and on the CPU otherwise.
  */
 COHORT_API cohort_status_t cohort_runtime_create(const cohort_config_t* config, cohort_runtime_t** out);
 
@@ -93,6 +95,26 @@ COHORT_API void cohort_runtime_destroy(cohort_runtime_t* runtime);
  */
 COHORT_API cohort_status_t cohort_runtime_info(const cohort_runtime_t* runtime, cohort_runtime_info_t* info);
 
+/** @brief CPU time this process has used so far, by thread (filled by cohort_runtime_cpu_times()). */
+typedef struct cohort_cpu_times_t {
+  size_t struct_size;      /**< Set by the caller to sizeof(cohort_cpu_times_t). */
+  double process_s;        /**< CPU seconds of every thread of this process. */
+  double calling_thread_s; /**< CPU seconds of the thread that makes the call. */
+  double engine_s;         /**< CPU seconds of the runtime's collective engine thread. */
+} cohort_cpu_times_t;
+
+/**
+ * @brief CPU seconds used so far by this process, by the calling thread and by the
+ *        runtime's collective engine thread: two readings, taken around a stretch of a
+ *        program, say where its CPU time went (the thread that runs the training steps,
+ *        the engine, the rest). Thread-safe; not collective; cheap (a few system calls).
+ * @param runtime The runtime.
+ * @param[in,out] times Caller-owned; set times->struct_size = sizeof(*times) first.
+ * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for NULL arguments or a bad
+ *   struct_size; ::COHORT_ERR_INVALID_STATE once the runtime is shut down.
+ */
+COHORT_API cohort_status_t cohort_runtime_cpu_times(const cohort_runtime_t* runtime, cohort_cpu_times_t* times);
+
 /** @brief This process's rank. Thread-safe. */
 COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, int* rank);
 
@@ -100,8 +122,7 @@ COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, 
 COHORT_API cohort_status_t cohort_runtime_size(const cohort_runtime_t* runtime, int* size);
 
 /**
- * @brief Where models compute, as text: "cpu" or "cuda:N" ("cpu" in this version: the
- *        CUDA backend cannot train yet).
+ * @brief Where models compute, as text: "cpu" or "cuda:N".
  * @param buffer, size, needed As cohort_config_get().
  */
 COHORT_API cohort_status_t cohort_runtime_device(const cohort_runtime_t* runtime, char* buffer, size_t size,

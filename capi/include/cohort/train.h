@@ -304,6 +304,34 @@ COHORT_API cohort_status_t cohort_metrics_record(cohort_metrics_t* metrics, doub
  */
 COHORT_API cohort_status_t cohort_metrics_summary(const cohort_metrics_t* metrics, cohort_rate_summary_t* out);
 
+/** @brief A per-rank figure over the ranks that compute: the median rank's value and the
+ *  largest. Embedded by value, so it never grows. */
+typedef struct cohort_over_ranks_t {
+  double median; /**< The median over ranks (the mean of the two middle values for an even count). */
+  double max;    /**< The largest. */
+} cohort_over_ranks_t;
+
+/** @brief Where the ranks' time went during the measured steps (the run summary's "threads" and
+ *  "compute_spread_s"): the CPU seconds per step of each kind of thread of a rank, over the ranks
+ *  that compute, and how far apart the ranks' compute times were, step by step. A program fills it
+ *  from cohort_runtime_cpu_times(), cohort_pipeline_stats() and cohort_train_stats_t::compute_s
+ *  taken on every rank (cohort-train gathers them once, at the end). */
+typedef struct cohort_thread_cpu_t {
+  size_t struct_size;           /**< Set by the caller to sizeof(cohort_thread_cpu_t). */
+  cohort_over_ranks_t compute;  /**< The thread that runs the steps: forward, backward, update, and its
+                                     waits for the collective engine. */
+  cohort_over_ranks_t engine;   /**< The collective engine's thread. */
+  cohort_over_ranks_t other;    /**< The rest of the process: the other threads of compute's OpenMP team
+                                     (threads_per_rank > 1), MPI's own threads. */
+  int has_input;                /**< 1 when the input pipeline has reader and decode threads: "readers"
+                                     and "decoders" are written. */
+  cohort_over_ranks_t readers;  /**< The pipeline's reader threads (its read stage). */
+  cohort_over_ranks_t decoders; /**< Its decode threads (decode, augment and assemble stages). */
+  double compute_spread_median; /**< Per measured step, the longest forward and backward of the ranks
+                                     minus the shortest, in seconds: the median over the steps. */
+  double compute_spread_p90;    /**< The same: the 90th percentile over the steps. */
+} cohort_thread_cpu_t;
+
 /** @brief The run summary of the schema `cohort.run/1` (one JSON line). Fields beyond
  *  an older struct's struct_size are written as if zero (absent top1, no extra_json). */
 typedef struct cohort_run_summary_t {
@@ -341,6 +369,10 @@ typedef struct cohort_run_summary_t {
                                              ranks if you like): written as "input": {"cpu_s_per_image":
                                              {"read", "decode", "augment", "assemble", "total"},
                                              "read_bytes_per_s", "limiting_stage"}. Borrowed for the call. */
+  const cohort_thread_cpu_t* threads;   /**< NULL, or where the ranks' time went: written as "threads":
+                                             {"compute", "engine", "other", ["readers", "decoders"]}, each
+                                             {"median", "max"} CPU seconds per step, and "compute_spread_s":
+                                             {"median", "p90"}. Borrowed for the call. */
 } cohort_run_summary_t;
 
 /**

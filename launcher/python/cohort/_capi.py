@@ -73,6 +73,11 @@ class RuntimeInfo(Structure):  # cohort_runtime_info_t (runtime.h)
                 ("mpi_thread_level", c_int), ("collective_device_id", c_int)]
 
 
+class CpuTimes(Structure):  # cohort_cpu_times_t (runtime.h)
+    _fields_ = [("struct_size", c_size_t), ("process_s", c_double), ("calling_thread_s", c_double),
+                ("engine_s", c_double)]
+
+
 class AllreduceOptions(Structure):  # cohort_allreduce_options_t (collectives.h)
     _fields_ = [("struct_size", c_size_t), ("op", c_int), ("prescale", c_double), ("postscale", c_double)]
 
@@ -133,6 +138,16 @@ class RateSummary(Structure):  # cohort_rate_summary_t (train.h)
                 ("comm_exposed", c_double), ("compute", c_double)]
 
 
+class OverRanks(Structure):  # cohort_over_ranks_t (train.h)
+    _fields_ = [("median", c_double), ("max", c_double)]
+
+
+class ThreadCpu(Structure):  # cohort_thread_cpu_t (train.h)
+    _fields_ = [("struct_size", c_size_t), ("compute", OverRanks), ("engine", OverRanks), ("other", OverRanks),
+                ("has_input", c_int), ("readers", OverRanks), ("decoders", OverRanks),
+                ("compute_spread_median", c_double), ("compute_spread_p90", c_double)]
+
+
 class RunSummary(Structure):  # cohort_run_summary_t (train.h)
     _fields_ = [("struct_size", c_size_t), ("model", c_char_p), ("ranks", c_int64), ("local_ranks", c_int64),
                 ("device", c_char_p), ("precision", c_char_p), ("data", c_char_p), ("batch_per_rank", c_int64),
@@ -140,7 +155,8 @@ class RunSummary(Structure):  # cohort_run_summary_t (train.h)
                 ("images_per_sec", RateSummary), ("epochs", c_double), ("loss", c_double), ("has_top1", c_int),
                 ("top1", c_double), ("top5", c_double), ("wall_s", c_double), ("extra_json", c_char_p),
                 ("variable_update", c_char_p), ("workers", c_int64), ("servers", c_int64), ("has_staleness", c_int),
-                ("staleness_mean", c_double), ("staleness_max", c_int64), ("input", POINTER(PipelineStats))]
+                ("staleness_mean", c_double), ("staleness_max", c_int64), ("input", POINTER(PipelineStats)),
+                ("threads", POINTER(ThreadCpu))]
 
 
 # C name of each struct above, for the test that compares them with the headers.
@@ -152,7 +168,8 @@ STRUCTS = {
     "cohort_train_stats_t": TrainStats, "cohort_eval_result_t": EvalResult,
     "cohort_checkpoint_info_t": CheckpointInfo, "cohort_rate_summary_t": RateSummary,
     "cohort_run_summary_t": RunSummary, "cohort_optimizer_info_t": OptimizerInfo,
-    "cohort_step_record_t": StepRecord,
+    "cohort_step_record_t": StepRecord, "cohort_cpu_times_t": CpuTimes, "cohort_over_ranks_t": OverRanks,
+    "cohort_thread_cpu_t": ThreadCpu,
 }
 
 GradReadyFn = CFUNCTYPE(None, c_void_p, c_size_t)  # cohort_grad_ready_fn
@@ -207,6 +224,7 @@ FUNCTIONS = {
     "cohort_runtime_create": (STATUS, [H, HP]),
     "cohort_runtime_destroy": (None, [H]),
     "cohort_runtime_info": (STATUS, [H, POINTER(RuntimeInfo)]),
+    "cohort_runtime_cpu_times": (STATUS, [H, POINTER(CpuTimes)]),
     "cohort_runtime_rank": (STATUS, [H, IP]),
     "cohort_runtime_size": (STATUS, [H, IP]),
     "cohort_runtime_device": (STATUS, [H, c_char_p, c_size_t, SZ]),

@@ -356,6 +356,11 @@ class Runtime(_Handle):
         device_type, device_id, cuda_device_count, mpi_thread_level."""
         return Record(_filled(_capi.RuntimeInfo, lib().cohort_runtime_info, self.handle))
 
+    def cpu_times(self):
+        """CPU seconds used so far: process_s (every thread of this process),
+        calling_thread_s (the calling thread) and engine_s (the collective engine's thread)."""
+        return Record(_filled(_capi.CpuTimes, lib().cohort_runtime_cpu_times, self.handle))
+
     rank = property(lambda self: self._info.rank)
     size = property(lambda self: self._info.size)
     local_rank = property(lambda self: self._info.local_rank)

@@ -122,18 +122,20 @@ void MpiTransport::abort_waits() {
 }
 
 void MpiTransport::wait(MPI_Request& request, const char* call) {
-  int done = 0;
+  // Open MPI progresses only inside its calls, so the request is polled: for a few
+  // microseconds at once (the peers are usually there), then between sleeps that grow to
+  // kMaxPause. No yield loop: on a core shared with compute a yield hands the core over
+  // for a whole time slice or, with nothing else to run, burns it.
+  constexpr auto kPoll = std::chrono::microseconds(20), kMaxPause = std::chrono::microseconds(500);
+  const auto poll_until = std::chrono::steady_clock::now() + kPoll;
   auto pause = std::chrono::microseconds(10);
-  for (int spins = 0;; ++spins) {
+  for (int done = 0;;) {
     mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
     if (done) return;
     if (aborted_) fail(Code::kCancelled, call, " abandoned: the runtime is shutting down after an error");
-    if (spins < 1000) {
-      std::this_thread::yield();
-      continue;
-    }
+    if (std::chrono::steady_clock::now() < poll_until) continue;
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    pause = std::min(pause * 2, kMaxPause);
   }
 }
 
@@ -202,14 +204,26 @@ void MpiTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce o
   allreduce_many({{buf, count}}, t, op);
 }
 
+ShmAllreduce::AcrossNodes MpiTransport::across_nodes(DType t, kernels::Reduce op) {
+  if (!hierarchical()) return {};
+  return [this, t, op](void* segment, size_t count) {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, segment, static_cast<int>(count), mpi_type(t), mpi_op(t, op), cross_),
+              "MPI_Allreduce (across nodes)");
+  };
+}
+
+void MpiTransport::allreduce_many_into(const std::vector<Reduction>& bufs, DType t, kernels::Reduce op) {
+  if (!shm_) {
+    Transport::allreduce_many_into(bufs, t, op);
+    return;
+  }
+  const ShmAllreduce::AcrossNodes across = across_nodes(t, op);
+  for (const Reduction& r : bufs) shm_->allreduce(r.in, r.out, r.count, t, op, across);
+}
+
 void MpiTransport::allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) {
   if (shm_) {
-    ShmAllreduce::AcrossNodes across;
-    if (hierarchical())
-      across = [&](void* segment, size_t count) {
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, segment, static_cast<int>(count), mpi_type(t), mpi_op(t, op), cross_),
-                  "MPI_Allreduce (across nodes)");
-      };
+    const ShmAllreduce::AcrossNodes across = across_nodes(t, op);
     for (const auto& [buf, count] : bufs) shm_->allreduce(buf, count, t, op, across);
     return;
   }

@@ -39,6 +39,7 @@ class MpiTransport final : public Transport {
   std::vector<std::string> allgather_bytes(const std::string& mine) override;
   void allreduce(void* buf, size_t count, DType t, kernels::Reduce op) override;
   void allreduce_many(const std::vector<std::pair<void*, size_t>>& bufs, DType t, kernels::Reduce op) override;
+  void allreduce_many_into(const std::vector<Reduction>& bufs, DType t, kernels::Reduce op) override;
   void allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) override;
   void broadcast(void* buf, size_t bytes, int root) override;
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
@@ -61,10 +62,12 @@ class MpiTransport final : public Transport {
   bool hierarchical() const { return cross_ != MPI_COMM_NULL; }
 
  private:
-  // Waits for a nonblocking call without burning a core: spins briefly, then sleeps
-  // with growing pauses (up to 1 ms).
+  // Waits for a nonblocking call without burning a core: polls for a few microseconds,
+  // then between sleeps that grow to 0.5 ms.
   void wait(MPI_Request& request, const char* call);
   MPI_Datatype mpi_type(DType t) const;
+  // The shared-memory allreduce's step across nodes (hierarchical only; else empty).
+  ShmAllreduce::AcrossNodes across_nodes(DType t, kernels::Reduce op);
   MPI_Op mpi_op(DType t, kernels::Reduce op) const;
   // Maps the shared segment when every node runs as many ranks, more than one (all ranks
   // decide alike), and splits cross_ when there are several nodes.

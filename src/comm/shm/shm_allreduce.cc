@@ -1,9 +1,14 @@
 #include "comm/shm/shm_allreduce.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstring>
-#include <thread>
 
 #if defined(__x86_64__) || defined(__i386__)
 #  include <immintrin.h>
@@ -15,8 +20,12 @@
 namespace cohort::comm {
 namespace {
 
-constexpr size_t kLine = 128;  // counters sit this far apart (adjacent-line prefetch pairs lines)
+// Each counter's line: the counter, then the word its waiters sleep on (bumped by every
+// store that finds sleepers) and how many sleep. Lines sit kLine apart (adjacent-line
+// prefetch pairs lines).
+constexpr size_t kLine = 128;
 constexpr size_t kHeader = 2 * kLine;
+constexpr size_t kWakeWord = 8, kSleepers = 12;
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
@@ -27,6 +36,14 @@ void cpu_relax() {
   asm volatile("yield");
 #endif
 }
+
+// Process-shared futex calls (the regions may be mapped by several processes).
+void futex_wait(uint32_t* word, uint32_t expected, std::chrono::milliseconds timeout) {
+  timespec ts{static_cast<time_t>(timeout.count() / 1000), static_cast<long>(timeout.count() % 1000) * 1000000};
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);  // woken, EAGAIN, EINTR, ETIMEDOUT: look again
+}
+
+void futex_wake_all(uint32_t* word) { syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
 
 }  // namespace
 
@@ -60,52 +77,62 @@ ShmAllreduce::Segment ShmAllreduce::segment(int q, size_t n, size_t esize) const
   return {begin, std::min(n, begin + per)};
 }
 
+uint32_t* ShmAllreduce::word(int q, Counter c, size_t offset) const {
+  return reinterpret_cast<uint32_t*>(regions_[static_cast<size_t>(q)] + static_cast<size_t>(c) * kLine + offset);
+}
+
+void ShmAllreduce::publish(Counter c, uint64_t value) {
+  // seq_cst on both sides: either a waiter's last look before it sleeps sees this store,
+  // or its registration as a sleeper is seen here (and the wake-up comes).
+  counter(rank_, c).store(value, std::memory_order_seq_cst);
+  if (std::atomic_ref<uint32_t>(*word(rank_, c, kSleepers)).load(std::memory_order_seq_cst) == 0) return;
+  std::atomic_ref<uint32_t>(*word(rank_, c, kWakeWord)).fetch_add(1, std::memory_order_seq_cst);
+  futex_wake_all(word(rank_, c, kWakeWord));
+}
+
 void ShmAllreduce::wait_all(Counter c, uint64_t value) const {
   using Clock = std::chrono::steady_clock;
-  // Spin briefly (the peer usually runs on another core), then yield the core (it may be
-  // waiting for it) for kYieldFor, then sleep with growing pauses up to kMaxSleep (an idle
-  // or oversubscribed node). kMaxSleep < kYieldFor by design: a rank that overslept is
-  // still met by a peer that is yielding, never by one asleep in turn, so two ranks cannot
-  // settle into sleeping alternately on every piece.
-  constexpr auto kYieldFor = std::chrono::milliseconds(2);
-  constexpr auto kMaxSleep = std::chrono::microseconds(1000);
-  static_assert(kMaxSleep < kYieldFor);
+  // Spin briefly (the peers usually arrive within microseconds), then sleep until the
+  // awaited rank publishes: a waiting engine takes no core from compute, and the last
+  // rank to arrive wakes the others at once (no sleep to oversleep, no yield loop).
+  const auto spin_until = Clock::now() + kSpin;
   for (int q = 0; q < size(); ++q) {
     if (q == rank_) continue;
     std::atomic_ref<uint64_t> v = counter(q, c);
-    Clock::time_point yield_until{};
-    auto pause = std::chrono::microseconds(50);
-    for (int tries = 0; v.load(std::memory_order_acquire) < value; ++tries) {
+    while (v.load(std::memory_order_acquire) < value && Clock::now() < spin_until)
+      for (int i = 0; i < 16; ++i) cpu_relax();
+    while (v.load(std::memory_order_acquire) < value) {
       if (aborted_.load(std::memory_order_relaxed))
         fail(Code::kCancelled, "shared-memory allreduce abandoned: the runtime is shutting down after an error");
-      if (tries < 200) {
-        cpu_relax();
-        continue;
-      }
-      auto now = Clock::now();
-      if (tries == 200) yield_until = now + kYieldFor;
-      if (now < yield_until) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, kMaxSleep);
-      }
+      std::atomic_ref<uint32_t> sleepers(*word(q, c, kSleepers)), wake(*word(q, c, kWakeWord));
+      sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t seen = wake.load(std::memory_order_seq_cst);
+      if (v.load(std::memory_order_seq_cst) < value) futex_wait(word(q, c, kWakeWord), seen, kSleepAtMost);
+      sleepers.fetch_sub(1, std::memory_order_seq_cst);
     }
   }
 }
 
-void ShmAllreduce::allreduce(void* buf, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across) {
+void ShmAllreduce::abort() {
+  aborted_.store(true, std::memory_order_relaxed);
+  for (int q = 0; q < size(); ++q)
+    for (Counter c : {kFilled, kReduced}) futex_wake_all(word(q, c, kWakeWord));
+}
+
+void ShmAllreduce::allreduce(const void* in, void* out, size_t count, DType t, kernels::Reduce op,
+                             const AcrossNodes& across) {
   if (count == 0) return;
   size_t esize = dtype_size(t);
   size_t per_piece = std::max<size_t>(1, slot_bytes_ / esize);
   for (size_t first = 0; first < count; first += per_piece)
-    piece(static_cast<char*>(buf) + first * esize, std::min(per_piece, count - first), esize, t, op, across);
+    piece(static_cast<const char*>(in) + first * esize, static_cast<char*>(out) + first * esize,
+          std::min(per_piece, count - first), esize, t, op, across);
 }
 
 void ShmAllreduce::and_words(std::vector<uint64_t>& words) {
   const uint64_t k = ++pieces_;
   if (!words.empty()) std::memcpy(slot(rank_, k), words.data(), words.size() * sizeof(uint64_t));
-  counter(rank_, kFilled).store(k, std::memory_order_release);
+  publish(kFilled, k);
   wait_all(kFilled, k);
   for (int q = 0; q < size(); ++q) {
     if (q == rank_) continue;
@@ -118,33 +145,35 @@ void ShmAllreduce::and_words(std::vector<uint64_t>& words) {
   }
 }
 
-void ShmAllreduce::piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op, const AcrossNodes& across) {
+void ShmAllreduce::piece(const char* in, char* out, size_t n, size_t esize, DType t, kernels::Reduce op,
+                         const AcrossNodes& across) {
   const uint64_t k = ++pieces_;
   const Segment mine = segment(rank_, n, esize);
   // A: publish every segment but my own.
-  unsigned char* out = slot(rank_, k);
-  if (mine.begin) copy_bytes(out, data, mine.begin * esize);
-  if (n > mine.end) copy_bytes(out + mine.end * esize, data + mine.end * esize, (n - mine.end) * esize);
-  counter(rank_, kFilled).store(k, std::memory_order_release);
+  unsigned char* published = slot(rank_, k);
+  if (mine.begin) copy_bytes(published, in, mine.begin * esize);
+  if (n > mine.end) copy_bytes(published + mine.end * esize, in + mine.end * esize, (n - mine.end) * esize);
+  publish(kFilled, k);
 
-  // B: reduce my segment, in rank order.
+  // B: reduce my segment into the output: my data, then the others' in rank order.
   wait_all(kFilled, k);
   size_t len = mine.end - mine.begin;
   if (len) {
-    char* acc = data + mine.begin * esize;
+    char* acc = out + mine.begin * esize;
+    if (in != out) copy_bytes(acc, in + mine.begin * esize, len * esize);
     for (int q = 0; q < size(); ++q)
       if (q != rank_) kernels::combine(acc, slot(q, k) + mine.begin * esize, len, t, op);
     if (across) across(acc, len);
-    copy_bytes(out + mine.begin * esize, acc, len * esize);
+    copy_bytes(published + mine.begin * esize, acc, len * esize);
   }
-  counter(rank_, kReduced).store(k, std::memory_order_release);
+  publish(kReduced, k);
 
   // C: gather the others' reduced segments.
   wait_all(kReduced, k);
   for (int q = 0; q < size(); ++q) {
     if (q == rank_) continue;
     Segment s = segment(q, n, esize);
-    if (s.end > s.begin) copy_bytes(data + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
+    if (s.end > s.begin) copy_bytes(out + s.begin * esize, slot(q, k) + s.begin * esize, (s.end - s.begin) * esize);
   }
 }
 

@@ -9,11 +9,11 @@
 // on its own cache lines, and two slots (piece k uses slot k % 2, so a rank may fill
 // the next piece while slower ranks still read the last one). For piece k a rank
 //   A  copies its data of every segment but its own into its slot, then sets filled = k;
-//   B  once every rank has filled k, reduces its own segment in place in the caller's
-//      buffer (its own data, then the others' slots in rank order), reduces it across
+//   B  once every rank has filled k, reduces its own segment into the caller's output
+//      (its own data, then the others' slots in rank order), reduces it across
 //      nodes if the job spans several (a hierarchical allreduce: one stream per local
 //      rank), copies the result into its slot, then sets reduced = k;
-//   C  once every rank has reduced k, copies the others' reduced segments into the buffer.
+//   C  once every rank has reduced k, copies the others' reduced segments into the output.
 // A slot is never overwritten while a peer still reads it: a rank fills piece k + 2 only
 // after B of piece k + 1 saw every rank fill k + 1, which each did after its C of piece
 // k. Counters only grow, and every rank makes the same sequence of calls (the engine has
@@ -21,11 +21,15 @@
 // reduced by one rank and copied by the others: the result is bit-identical on every
 // rank, and the same from run to run.
 //
-// A rank that dies mid-call leaves the others waiting on its counters (sleeping after a
-// brief spin): mpirun ends the whole job when one of its ranks dies (1-3 s here).
+// A wait spins for a few microseconds, then sleeps on a futex in the awaited rank's
+// counter line until that rank publishes (it wakes its sleepers): a rank waiting for its
+// peers, as in every negotiation cycle, takes no CPU from compute. A rank that dies
+// mid-call leaves the others asleep on its counters: mpirun ends the whole job when one of
+// its ranks dies (1-3 s here).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -58,13 +62,23 @@ class ShmAllreduce {
 
   // In place: buf holds count elements of t on entry and the reduction on return. Every
   // rank calls it with the same count, dtype and op, in the same order. Engine thread only.
-  void allreduce(void* buf, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across = {});
+  void allreduce(void* buf, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across = {}) {
+    allreduce(buf, buf, count, t, op, across);
+  }
+  // Out of place: `out` receives the reduction of every rank's `in` (in == out is in
+  // place), with no more memory traffic than in place: `in` is read where the in-place
+  // call reads the buffer, `out` written where it writes it.
+  void allreduce(const void* in, void* out, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across = {});
   // words = the AND of every rank's words (the engine's negotiation flags and cache
   // bits), in one piece; needs words_fit(words.size()). Same calling rules as allreduce.
   void and_words(std::vector<uint64_t>& words);
   bool words_fit(size_t n) const { return n * sizeof(uint64_t) <= slot_bytes_; }
   // Makes a wait for a rank that will never come fail with kCancelled (any thread).
-  void abort() { aborted_.store(true, std::memory_order_relaxed); }
+  void abort();
+
+  // How long a wait spins before it sleeps, and the longest sleep between looks at abort().
+  static constexpr std::chrono::microseconds kSpin{20};
+  static constexpr std::chrono::milliseconds kSleepAtMost{50};
 
  private:
   enum Counter { kFilled = 0, kReduced = 1 };
@@ -72,9 +86,13 @@ class ShmAllreduce {
     size_t begin, end;  // elements of the piece
   };
 
-  void piece(char* data, size_t n, size_t esize, DType t, kernels::Reduce op, const AcrossNodes& across);
+  void piece(const char* in, char* out, size_t n, size_t esize, DType t, kernels::Reduce op, const AcrossNodes& across);
   Segment segment(int q, size_t n, size_t esize) const;
   std::atomic_ref<uint64_t> counter(int q, Counter c) const;
+  // The 32-bit word at `offset` in the line of rank q's counter c (kWakeWord, kSleepers).
+  uint32_t* word(int q, Counter c, size_t offset) const;
+  // Sets this rank's counter c and wakes the ranks asleep on it.
+  void publish(Counter c, uint64_t value);
   unsigned char* slot(int q, uint64_t piece) const;
   // Waits until every other rank's counter c has reached `value`.
   void wait_all(Counter c, uint64_t value) const;

@@ -57,10 +57,16 @@ static void single_rank_without_mpirun(void** state) {
   assert_int_equal(size, 1);
   assert_int_equal(cohort_runtime_device(rt, device, sizeof device, &needed), COHORT_OK);
   assert_device_consistent(&info, device);
-  /* Models compute on the CPU, GPUs or not: the CUDA backend cannot train yet. */
-  assert_string_equal(device, "cpu");
-  assert_int_equal(info.device_type, COHORT_DEVICE_CPU);
-  assert_int_equal(info.device_id, -1);
+  /* Models compute on the GPU where one is visible (device=auto), else on the CPU. */
+  if (info.cuda_device_count == 0) {
+    assert_string_equal(device, "cpu");
+    assert_int_equal(info.device_type, COHORT_DEVICE_CPU);
+    assert_int_equal(info.device_id, -1);
+  } else {
+    assert_string_equal(device, "cuda:0");
+    assert_int_equal(info.device_type, COHORT_DEVICE_CUDA);
+    assert_int_equal(info.device_id, 0);
+  }
   /* A visible GPU serves collectives of CUDA tensors: rank 0 takes the first. */
   assert_int_equal(info.collective_device_id, info.cuda_device_count == 0 ? -1 : 0);
   assert_int_equal(cohort_runtime_barrier(rt), COHORT_OK);
@@ -152,6 +158,32 @@ static void info_and_query_errors(void** state) {
   cohort_runtime_destroy(rt);
 }
 
+/* CPU times: the calling thread's grows with its own work, the process's holds it and the
+ * engine thread's, and the engine, asleep while nothing is submitted, uses next to none. */
+static void cpu_times_follow_the_threads(void** state) {
+  (void)state;
+  cohort_runtime_t* rt = NULL;
+  assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
+  cohort_cpu_times_t before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
+  assert_int_equal(cohort_runtime_cpu_times(rt, &before), COHORT_OK);
+  volatile double sink = 0;
+  while (1) {
+    for (int i = 0; i < 100000; ++i) sink += i * 0.5;
+    assert_int_equal(cohort_runtime_cpu_times(rt, &after), COHORT_OK);
+    if (after.calling_thread_s - before.calling_thread_s >= 0.05) break;
+  }
+  assert_true(after.process_s >= after.calling_thread_s + after.engine_s - 1e-3);
+  assert_true(after.engine_s >= before.engine_s && after.engine_s < 0.5);
+  assert_error(cohort_runtime_cpu_times(NULL, &after), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_cpu_times",
+               "runtime is NULL");
+  assert_error(cohort_runtime_cpu_times(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_cpu_times",
+               "times is NULL");
+  after.struct_size = 3;
+  assert_error(cohort_runtime_cpu_times(rt, &after), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_cpu_times",
+               "set it to sizeof(cohort_cpu_times_t)");
+  cohort_runtime_destroy(rt);
+}
+
 static void bad_settings_fail_creation(void** state) {
   (void)state;
   cohort_runtime_t* rt = (cohort_runtime_t*)0x1;
@@ -168,9 +200,13 @@ static void bad_settings_fail_creation(void** state) {
   assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
   assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
   cohort_runtime_destroy(rt);
-  /* With a GPU too: the CUDA backend cannot train yet. */
-  assert_error(cohort_runtime_create(cfg, &rt), COHORT_ERR_UNSUPPORTED, "cohort_runtime_create",
-               info.cuda_device_count == 0 ? "use --device=cpu or --device=auto" : "cannot train yet");
+  if (info.cuda_device_count == 0) {
+    assert_error(cohort_runtime_create(cfg, &rt), COHORT_ERR_UNSUPPORTED, "cohort_runtime_create",
+                 "use --device=cpu or --device=auto");
+  } else { /* a GPU computes */
+    assert_int_equal(cohort_runtime_create(cfg, &rt), COHORT_OK);
+    cohort_runtime_destroy(rt);
+  }
   cohort_config_destroy(cfg);
 }
 
@@ -191,6 +227,7 @@ int main(void) {
       cmocka_unit_test(config_is_copied_and_readable),
       cmocka_unit_test(runtimes_in_sequence_and_side_by_side),
       cmocka_unit_test(info_and_query_errors),
+      cmocka_unit_test(cpu_times_follow_the_threads),
       cmocka_unit_test(bad_settings_fail_creation),
       cmocka_unit_test(finalize_is_once_and_final),
   };

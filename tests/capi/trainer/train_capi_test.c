@@ -546,6 +546,35 @@ static void metrics_and_summary(void** state) {
   assert_non_null(strstr(buf,
                          "\"wall_s\": 0, \"variable_update\": \"async_parameter_server\", \"workers\": 3, "
                          "\"servers\": 1, \"staleness\": {\"mean\": 1.5, \"max\": 4}}"));
+  /* Where the ranks' time went: the threads' CPU per step, and the spread of compute. */
+  s.variable_update = NULL;
+  cohort_thread_cpu_t threads = {.struct_size = sizeof threads,
+                                 .compute = {0.1, 0.125},
+                                 .engine = {0.25, 0.5},
+                                 .other = {0, 0.5},
+                                 .has_input = 1,
+                                 .readers = {1, 2},
+                                 .decoders = {3, 4},
+                                 .compute_spread_median = 0.25,
+                                 .compute_spread_p90 = 0.5};
+  s.threads = &threads;
+  assert_int_equal(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_OK);
+  const char* accounting =
+      "\"wall_s\": 0, \"threads\": {\"compute\": {\"median\": 0.1, \"max\": 0.125}, \"engine\": {\"median\": "
+      "0.25, \"max\": 0.5}, \"other\": {\"median\": 0, \"max\": 0.5}, \"readers\": {\"median\": 1, \"max\": 2}, "
+      "\"decoders\": {\"median\": 3, \"max\": 4}}, \"compute_spread_s\": {\"median\": 0.25, \"p90\": 0.5}}";
+  if (!strstr(buf, accounting)) fail_msg("summary: %s", buf);
+  threads.has_input = 0; /* synthetic data: no pipeline threads */
+  assert_int_equal(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_OK);
+  assert_null(strstr(buf, "readers"));
+  assert_non_null(strstr(buf, "\"other\": {\"median\": 0, \"max\": 0.5}}, \"compute_spread_s\""));
+  threads.struct_size = 4;
+  assert_error(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_ERR_INVALID_ARGUMENT,
+               "cohort_run_summary_json", "summary->threads->struct_size");
+  /* An older summary struct, without the field, writes none of it. */
+  s.struct_size = offsetof(cohort_run_summary_t, threads);
+  assert_int_equal(cohort_run_summary_json(&s, buf, sizeof buf, NULL), COHORT_OK);
+  assert_null(strstr(buf, "threads"));
 }
 
 /* The run log: files where the options say, none otherwise, and every error path. */

@@ -1,7 +1,7 @@
 """PyTorch DDP (gloo) peer of cohort-train for mnist_cnn: the same network, batch and
-synthetic data, 1 thread per rank. Launched by hand (RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT), as torchrun does not work with this Python. Prints one JSON line on rank
-0: {"ranks": N, "images_per_sec": global rate over the measured steps}."""
+synthetic data, OMP_NUM_THREADS (default 1) threads per rank. Launched by hand (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as torchrun does not work with this Python. Prints
+one JSON line on rank 0: {"ranks": N, "images_per_sec": global rate over the measured steps}."""
 import json
 import os
 import sys
@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-torch.set_num_threads(1)
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 batch, steps, warmup = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 if size > 1:

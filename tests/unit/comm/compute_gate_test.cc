@@ -1,8 +1,6 @@
-// The compute gate on its own: each rank's vote, holding and releasing responses in
-// order, and the pin of the engine thread to the core compute has just left.
+// The compute gate on its own: each rank's vote, and holding and releasing responses in
+// order.
 #include <gtest/gtest.h>
-
-#include <pthread.h>
 
 #include <thread>
 
@@ -31,7 +29,6 @@ TEST(CommComputeGate, ARankVotesToHoldOnlyWhileItComputesAndNobodyWaits) {
   ComputeGate off(false);
   off.begin();
   EXPECT_TRUE(off.releases()) << "without hold_during_compute nothing is held";
-  EXPECT_EQ(off.release_core(), -1);
 
   ComputeGate gate(true);
   EXPECT_TRUE(gate.releases());
@@ -46,7 +43,6 @@ TEST(CommComputeGate, ARankVotesToHoldOnlyWhileItComputesAndNobodyWaits) {
   EXPECT_TRUE(gate.end()) << "the outermost bracket closed";
   EXPECT_FALSE(gate.computing());
   EXPECT_TRUE(gate.releases());
-  EXPECT_GE(gate.release_core(), 0) << "the core the bracket ended on";
   EXPECT_FALSE(gate.end()) << "an unmatched end is ignored";
 }
 
@@ -68,33 +64,6 @@ TEST(CommComputeGate, HeldResponsesRunFirstAndInOrderOnRelease) {
   ready = responses({"e"});
   gate.admit(ready, true);
   EXPECT_EQ(names(ready), std::vector<std::string>{"e"});
-}
-
-TEST(CommComputeGate, APinLastsItsScopeAndIgnoresCoresOutsideTheAffinity) {
-  cpu_set_t before;
-  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof before, &before), 0);
-  int cpu = -1;
-  for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
-    if (CPU_ISSET(c, &before)) cpu = c;
-  ASSERT_GE(cpu, 0);
-  {
-    CorePin pin(cpu);
-    EXPECT_TRUE(pin.pinned());
-    cpu_set_t now;
-    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof now, &now), 0);
-    EXPECT_EQ(CPU_COUNT(&now), 1);
-    EXPECT_TRUE(CPU_ISSET(cpu, &now));
-  }
-  cpu_set_t after;
-  ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof after, &after), 0);
-  EXPECT_TRUE(CPU_EQUAL(&before, &after));
-  EXPECT_FALSE(CorePin(-1).pinned());
-  int outside = -1;
-  for (int c = 0; c < CPU_SETSIZE && outside < 0; ++c)
-    if (!CPU_ISSET(c, &before)) outside = c;
-  if (outside >= 0) {
-    EXPECT_FALSE(CorePin(outside).pinned());
-  }
 }
 
 TEST(CommComputeGate, BracketsFromManyThreadsBalance) {

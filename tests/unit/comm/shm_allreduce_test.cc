@@ -1,9 +1,10 @@
 // The shared-memory allreduce with ranks as threads over regions of one heap block:
 // every dtype and op against a reference computed here in double, pieces that do not
 // divide among the ranks, many pieces per call, results bit-identical on every rank,
-// slot reuse across hundreds of calls mixed with the negotiation's AND of words, and an
-// abandoned wait that abort() ends.
+// slot reuse across hundreds of calls mixed with the negotiation's AND of words, a wait
+// for a late peer that sleeps instead of polling, and an abandoned wait that abort() ends.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <cstring>
@@ -100,6 +101,34 @@ TEST(ShmAllreduce, EveryDtypeAndOpMatchesTheReference) {
   }
 }
 
+TEST(ShmAllreduce, OutOfPlaceFillsTheOutputAndLeavesTheInputAlone) {
+  for (int n : {1, 2, 3}) {
+    std::atomic<int> wrong{0};
+    run_ranks(n, 4096, [&](ShmAllreduce& shm, int rank) {
+      for (DType t : {DType::kF32, DType::kBF16, DType::kI64}) {
+        for (size_t count : {size_t{1}, size_t{65}, 3 * 4096 / dtype_size(t) + 7}) {
+          for (Reduce op : kOps) {
+            Tensor in = Tensor::empty({static_cast<int64_t>(count)}, t);
+            Tensor out = Tensor::empty({static_cast<int64_t>(count)}, t);
+            for (size_t i = 0; i < count; ++i) {
+              test::set(in, static_cast<int64_t>(i), value(rank, i));
+              test::set(out, static_cast<int64_t>(i), 99);
+            }
+            shm.allreduce(in.data(), out.data(), count, t, op);
+            for (size_t i = 0; i < count; ++i) {
+              const auto at = static_cast<int64_t>(i);
+              if ((test::get(out, at) != reference(op, n, i) || test::get(in, at) != value(rank, i)) && wrong++ < 5)
+                ADD_FAILURE() << "rank " << rank << " of " << n << ", " << dtype_name(t) << " count " << count << " ["
+                              << i << "]: out " << test::get(out, at) << " (expected " << reference(op, n, i)
+                              << "), in " << test::get(in, at) << " (was " << value(rank, i) << ")";
+            }
+          }
+        }
+      }
+    });
+  }
+}
+
 TEST(ShmAllreduce, ResultsAreBitIdenticalOnEveryRank) {
   const int n = 3;
   const size_t count = 10007;  // 3 pieces of 4 KiB, none divisible by 3
@@ -136,6 +165,34 @@ TEST(ShmAllreduce, SlotsAreReusedAcrossManyCallsMixedWithAndWords) {
     }
   });
   EXPECT_EQ(wrong.load(), 0);
+}
+
+// Voluntary context switches (sleeps) and CPU seconds of the calling thread so far.
+struct ThreadUsage {
+  long sleeps;
+  double cpu_s;
+};
+ThreadUsage thread_usage() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return {u.ru_nvcsw, static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+                          1e-6 * static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec)};
+}
+
+TEST(ShmAllreduce, ARankWaitingForALatePeerSleepsUntilThePeerArrives) {
+  // A negotiation cycle's barrier where one rank comes 300 ms late (it was computing):
+  // the waiting rank must neither poll (yield or sleep in a loop) nor burn its core.
+  ThreadUsage used{};
+  run_ranks(2, 256, [&](ShmAllreduce& shm, int rank) {
+    std::vector<uint64_t> words = {~uint64_t{0}};
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const ThreadUsage before = thread_usage();
+    shm.and_words(words);
+    const ThreadUsage after = thread_usage();
+    if (rank == 0) used = {after.sleeps - before.sleeps, after.cpu_s - before.cpu_s};
+  });
+  EXPECT_LE(used.sleeps, 10) << "the waiting rank woke up again and again to look for its peer";
+  EXPECT_LT(used.cpu_s, 0.03) << "the waiting rank used CPU while its peer was late";
 }
 
 TEST(ShmAllreduce, AbortEndsAWaitForARankThatNeverComes) {

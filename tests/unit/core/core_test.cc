@@ -59,12 +59,32 @@ TEST(Strings, Helpers) {
   EXPECT_EQ(format_bytes(1536), "1.5 KiB");
 }
 
-TEST(Threads, BudgetDividesCoresAmongLocalRanks) {
+TEST(Threads, BudgetDividesCoresAmongTheRanksSharingThem) {
   int cores = available_cores();
   EXPECT_GE(cores, 1);
   EXPECT_EQ(thread_budget(1, 0), cores);
   EXPECT_EQ(thread_budget(cores * 4, 0), 1);
   EXPECT_EQ(thread_budget(2, 5), 5);
+}
+
+TEST(Threads, RanksBoundToCoresOfTheirOwnShareThemWithNoOne) {
+  auto mask = [](std::initializer_list<int> cpus) {
+    cpu_set_t m;
+    CPU_ZERO(&m);
+    for (int c : cpus) CPU_SET(c, &m);
+    return m;
+  };
+  // Unbound: every rank may run on every core.
+  const std::vector<cpu_set_t> anywhere(4, mask({0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(ranks_sharing_cpus(anywhere, 2), 4);
+  // cohortrun's -map-by slot:PE=2 -bind-to core: two cores each.
+  const std::vector<cpu_set_t> bound = {mask({0, 1}), mask({2, 3}), mask({4, 5}), mask({6, 7})};
+  EXPECT_EQ(ranks_sharing_cpus(bound, 0), 1);
+  EXPECT_EQ(ranks_sharing_cpus(bound, 3), 1);
+  // Two ranks bound to one core, a third overlapping it.
+  const std::vector<cpu_set_t> mixed = {mask({0}), mask({0}), mask({0, 1}), mask({2})};
+  EXPECT_EQ(ranks_sharing_cpus(mixed, 0), 3);
+  EXPECT_EQ(ranks_sharing_cpus(mixed, 3), 1);
 }
 
 TEST(Threads, ParallelForRunsEveryIndexOnce) {

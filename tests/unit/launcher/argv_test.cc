@@ -72,6 +72,35 @@ TEST(LauncherArgv, NotebookShellCommandsAreNotATerminal) {
   EXPECT_FALSE(user_sees_terminal(true, {{"JPY_PARENT_PID", "42"}, {"TERM", "xterm-color"}}));
 }
 
+TEST(LauncherArgv, BindCoresGivesEachRankCoresOfItsOwnOnThisHost) {
+  Context c = plain_context();
+  c.cores = 16;
+  const auto placement = [&](const char* np) {
+    const Argv argv = plan({"-np", np, "--bind-cores", "/bin/true"}, c);
+    return Argv(argv.begin() + 3, argv.begin() + 7);
+  };
+  EXPECT_EQ(placement("16"), (Argv{"-bind-to", "core", "-map-by", "slot:PE=1"}));
+  EXPECT_EQ(placement("8"), (Argv{"-bind-to", "core", "-map-by", "slot:PE=2"}));
+  EXPECT_EQ(placement("3"), (Argv{"-bind-to", "core", "-map-by", "slot:PE=5"})) << "a core left over stays free";
+  EXPECT_EQ(placement("1"), (Argv{"-bind-to", "core", "-map-by", "slot:PE=16"}));
+  EXPECT_EQ(plan({"-np", "2", "--bind-cores", "/bin/true"}),
+            join({{"/usr/bin/mpirun", "-np", "2", "-bind-to", "core", "-map-by", "slot:PE=1"},
+                  Argv(kFlags.begin() + 4, kFlags.end()),
+                  kDefaultExports,
+                  {"/bin/true"}}));
+  const auto refused = [&](const Argv& args, const std::string& why) {
+    try {
+      plan(args, c);
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  refused({"-np", "17", "--bind-cores", "/bin/true"}, "a core for every rank: 17 ranks, 16 cores");
+  refused({"-np", "2", "-H", "a:1,b:1", "--bind-cores", "/bin/true"}, "this host only");
+  refused({"-np", "2", "--bind-cores", "--mpi-args", "-map-by node", "/bin/true"}, "-bind-to or -map-by");
+}
+
 TEST(LauncherArgv, MoreRanksThanCoresOversubscribesAndYields) {
   EXPECT_EQ(plan({"-np", "3", "/bin/true"}), join({{"/usr/bin/mpirun", "-np", "3", "--oversubscribe"},
                                                    kFlags,
