@@ -79,14 +79,20 @@ void hand_out(cohort_runtime_t* rt, std::shared_ptr<comm::Request> req, std::str
 
 std::string what_of(const char* op, const char* name) { return cat(op, " '", name ? name : "", "'"); }
 
+// Waits for the request and for its device work (a device transport completes a request
+// once its collectives are enqueued): the caller may read the results at once.
 void wait_ok(const comm::Request& req) {
   Status s = req.wait();
   if (!s.is_ok()) throw Error(s);
+  req.event().synchronize();
 }
+
+// Done, device work included.
+bool finished(const comm::Request& req) { return req.test() && req.event().ready(); }
 
 const comm::Request& done_request(const cohort_request_t* r) {
   need(r, "request");
-  if (!r->request->test()) fail(Code::kInvalidState, "the request has not completed yet; wait for it first");
+  if (!finished(*r->request)) fail(Code::kInvalidState, "the request has not completed yet; wait for it first");
   Status s = r->request->status();
   if (!s.is_ok()) fail(Code::kInvalidState, "the request failed, so it has no result: ", s.message());
   return *r->request;
@@ -364,7 +370,7 @@ COHORT_API cohort_status_t cohort_join(cohort_runtime_t* runtime, int* last_rank
 COHORT_API cohort_status_t cohort_request_test(cohort_request_t* request, int* done) {
   return guard("cohort_request_test", [&] {
     need(request, "request");
-    *need(done, "done") = request->request->test() ? 1 : 0;
+    *need(done, "done") = finished(*request->request) ? 1 : 0;
   });
 }
 

@@ -32,6 +32,11 @@ Transport* LazyDeviceTransport::get(Transport& control, std::string* error) {
   return nullptr;
 }
 
+bool LazyDeviceTransport::created() {
+  std::lock_guard lock(mu_);
+  return transport_ != nullptr;
+}
+
 void LazyDeviceTransport::abort() {
   std::lock_guard lock(mu_);
   aborted_ = true;

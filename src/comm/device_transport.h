@@ -37,6 +37,8 @@ class LazyDeviceTransport {
   Transport* get(Transport& control, std::string* error);
   // Any thread: stops the device transport's waits (now, or as soon as it exists).
   void abort();
+  // Any thread: whether the transport was created (device collectives have run).
+  bool created();
 
  private:
   DeviceTransportFactory factory_;

@@ -381,6 +381,18 @@ bool Engine::cycle() {
   gate_.admit(round.ready, round.release);
   executor_.execute(round.ready);
   negotiator_.recheck_cached();
+  if (negotiator_.stalled() > stalls_seen_) {
+    stalls_seen_ = negotiator_.stalled();
+    // A peer that stopped submitting may have left device collectives waiting for it on
+    // the GPU: aborting the communicator ends them, so the work waiting on their
+    // events does not hang (later device collectives fail with kCancelled).
+    if (device_.created()) {
+      COHORT_LOG_WARN(
+          "a collective stalled past stall_shutdown_s: aborting the device communicator so that device "
+          "work waiting for the missing ranks ends");
+      device_.abort();
+    }
+  }
   last_cycle_ = Clock::now();
   stalls_.check(negotiator_.table(), last_cycle_);
   // Only a rank with operations pending cycles at cycle_time_ms: a rank with none is

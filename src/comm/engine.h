@@ -182,6 +182,7 @@ class Engine {
   double thread_cpu_s_ = 0;
 
   int64_t clock_offset_us_ = 0;   // engine thread only
+  uint64_t stalls_seen_ = 0;      // engine thread only: the negotiator's stalls handled
   Clock::time_point next_cycle_;  // engine thread only: when an idle or busy cycle is due
   Clock::time_point last_cycle_;  // engine thread only: the end of the last cycle
   std::thread thread_;

@@ -77,8 +77,26 @@ void Executor::execute(std::vector<Response>& ready) {
       continue;
     }
     // agreed, so a joined rank picks the same transport
-    if (r.agreed.type != OpType::kAllreduce || r.agreed.device) {
+    if (r.agreed.type != OpType::kAllreduce) {
       run_one(r);
+      continue;
+    }
+    if (r.agreed.device) {
+      // Device allreduces of one setting that are ready together share one call, through
+      // a device fusion buffer; a large one goes alone, in place.
+      std::vector<Response*> batch{&r};
+      size_t total = nbytes(r.agreed);
+      for (size_t j = i + 1; j < ready.size() && !large(total); ++j) {
+        const Meta& b = ready[j].agreed;
+        if (done[j] || !ready[j].error.empty() || b.type != OpType::kAllreduce || !b.device ||
+            b.dtype != r.agreed.dtype || b.op != r.agreed.op || b.prescale != r.agreed.prescale ||
+            b.postscale != r.agreed.postscale || large(nbytes(b)) || total + nbytes(b) > fusion_bytes_)
+          continue;
+        total += nbytes(b);
+        batch.push_back(&ready[j]);
+        done[j] = true;
+      }
+      run_device_allreduce(batch);
       continue;
     }
     std::vector<Response*> batch{&r};
@@ -193,6 +211,61 @@ void Executor::allreduce_fused(const std::vector<Response*>& batch) {
   }
   if (batch.size() > 1) counters_.fused_batches.fetch_add(1, std::memory_order_relaxed);
   for (Response* r : batch) negotiator_.complete(*r, Status::ok());
+}
+
+void Executor::run_device_allreduce(const std::vector<Response*>& batch) {
+  Transport* t = transport_for(*batch.front());
+  if (!t) {  // every one of them fails with the reason
+    for (size_t k = 1; k < batch.size(); ++k) transport_for(*batch[k]);
+    return;
+  }
+  if (batch.size() == 1)
+    allreduce_direct(batch, *t);
+  else
+    allreduce_fused_device(batch, *t);
+}
+
+void Executor::allreduce_fused_device(const std::vector<Response*>& batch, Transport& t) {
+  const Meta& a = batch.front()->agreed;
+  size_t total = 0;
+  for (Response* r : batch) total += nbytes(r->agreed);
+  // One device buffer, kept across cycles (allocated on the transport's stream, so its
+  // reuse is ordered after the collectives that read it).
+  if (device_fusion_.nbytes() < total) device_fusion_ = t.allocate({static_cast<int64_t>(total)}, DType::kU8);
+  auto* fusion = static_cast<unsigned char*>(device_fusion_.data());
+  const int64_t t0 = Timeline::now_us();
+  size_t offset = 0;
+  for (Response* r : batch) {
+    const size_t n = nbytes(r->agreed);
+    if (TensorEntry* e = negotiator_.entry(r->name)) {
+      t.wait_event(e->ready);  // after the producer's work on its own stream
+      if (n) t.copy(fusion + offset, e->input.data(), n, e->input.device());
+    } else {
+      t.zero(fusion + offset, n);  // a rank that has joined contributes zeros
+    }
+    offset += n;
+  }
+  const size_t count = total / dtype_size(a.dtype);
+  t.scale(fusion, count, a.dtype, a.prescale);
+  t.allreduce(fusion, count, a.dtype, to_kernel(a.op));
+  t.scale(fusion, count, a.dtype, postscale_factor(a, size_));
+  offset = 0;
+  for (Response* r : batch) {
+    const size_t n = nbytes(r->agreed);
+    TensorEntry* e = negotiator_.entry(r->name);
+    if (e && n) t.copy(e->output.data(), fusion + offset, n, e->output.device());
+    offset += n;
+  }
+  const Event done = t.record_done();
+  if (timeline_.enabled()) {
+    const int64_t t1 = Timeline::now_us();
+    for (Response* r : batch) timeline_.span(r->name, "ALLREDUCE", t0, t1);
+  }
+  counters_.fused_batches.fetch_add(1, std::memory_order_relaxed);
+  for (Response* r : batch) {
+    if (TensorEntry* e = negotiator_.entry(r->name)) e->request->add_event(done);
+    negotiator_.complete(*r, Status::ok());
+  }
 }
 
 void Executor::allreduce_direct(const std::vector<Response*>& batch, Transport& t) {

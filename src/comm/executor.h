@@ -49,6 +49,10 @@ class Executor {
   void allreduce_fused(const std::vector<Response*>& batch);
   // Reduces each tensor of the batch in place (in the caller's output) in one call.
   void allreduce_direct(const std::vector<Response*>& batch, Transport& t);
+  // Allreduces of device tensors: one alone runs in place; several go through
+  // device_fusion_, one call on the device transport's stream.
+  void run_device_allreduce(const std::vector<Response*>& batch);
+  void allreduce_fused_device(const std::vector<Response*>& batch, Transport& t);
   // e is null on a rank that has joined (every function below).
   void broadcast(const Meta& a, TensorEntry* e, Transport& t);
   void allgather(const Response& r, TensorEntry* e, Transport& t);
@@ -65,6 +69,7 @@ class Executor {
   std::function<void()> on_join_;
   const int rank_, size_;
   std::vector<unsigned char> fusion_;
+  Tensor device_fusion_;  // the device transport's fusion buffer (grown as needed)
 };
 
 }  // namespace cohort::comm

@@ -84,6 +84,7 @@ void Negotiator::announce(Message& msg, std::vector<uint64_t>& words, Clock::tim
       words[1 + p.bit / 64] |= uint64_t{1} << (p.bit % 64);
     } else if (p.state == Pending::State::kAnnounced) {
       if (std::optional<Status> stalled = stalls_.stalled(p.meta, age, table_)) {
+        ++stalled_;
         p.entry.request->complete_part(*stalled);
         Meta w = p.meta;
         w.kind = Meta::Kind::kWithdraw;

@@ -69,6 +69,9 @@ class Negotiator {
   // Whether this rank has operations pending (announced, waiting for other ranks, or
   // held): only then may another cycle soon make progress that needs it.
   bool pending() const { return !pending_.empty(); }
+  // Collectives given up so far because some rank never submitted them within
+  // stall_shutdown_s.
+  uint64_t stalled() const { return stalled_; }
   AnnouncementTable& table() { return table_; }
 
  private:
@@ -99,6 +102,7 @@ class Negotiator {
   EngineCounters& counters_;
   int rank_, size_;
   uint64_t next_seq_ = 0;
+  uint64_t stalled_ = 0;                 // collectives given up after stall_shutdown_s
   std::map<uint64_t, Pending> pending_;  // in submission order
   std::unordered_map<std::string, uint64_t> pending_by_name_;
   AnnouncementTable table_;

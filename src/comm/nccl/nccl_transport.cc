@@ -4,6 +4,7 @@
 
 #include "comm/mpi/mpi_error.h"
 #include "comm/nccl/device_scale.h"
+#include "tensor/device_api.h"
 
 namespace cohort::comm {
 namespace {
@@ -86,7 +87,8 @@ NcclTransport::NcclTransport(MPI_Comm parent, int device, std::shared_ptr<Alloca
 }
 
 NcclTransport::~NcclTransport() {
-  if (comm_ && !aborted_) ncclCommDestroy(comm_);  // ncclCommAbort has freed an aborted one
+  if (stream_ && !aborted_) cudaStreamSynchronize(stream_);  // enqueued collectives end first
+  if (comm_ && !aborted_) ncclCommDestroy(comm_);            // ncclCommAbort has freed an aborted one
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -101,12 +103,18 @@ void NcclTransport::abort_waits() {
 
 void NcclTransport::check_open(const char* call) const {
   if (aborted_) fail(Code::kCancelled, call, " abandoned: the runtime is shutting down after an error");
+  // An error of a collective enqueued earlier (a peer that failed, the network): NCCL
+  // reports it here, asynchronously.
+  ncclResult_t async = ncclSuccess;
+  if (ncclCommGetAsyncError(comm_, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+    fail(Code::kNccl, call, ": an earlier NCCL collective failed: ", ncclGetErrorString(async), nccl_hint(async));
 }
 
+// Calls enqueue their work on the stream and return: results are there once the event
+// record_done() gives completes. Only a failure to enqueue is reported here.
 void NcclTransport::sync(const char* call) {
-  cudaError_t rc = cudaStreamSynchronize(stream_);
-  check_open(call);  // an aborted communicator's kernels end early, with or without an error
-  cuda_check(rc, call);
+  check_open(call);
+  cuda_check(cudaGetLastError(), call);
 }
 
 void NcclTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
@@ -170,20 +178,17 @@ void NcclTransport::reduce_scatter(const void* send, void* recv, const std::vect
 
 void NcclTransport::copy(void* dst, const void* src, size_t bytes, Device d) {
   if (bytes == 0) return;
-  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "cudaMemcpyAsync");
-  sync("cudaMemcpyAsync");
+  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
 }
 
 void NcclTransport::zero(void* buf, size_t bytes) {
   if (bytes == 0) return;
   cuda_check(cudaMemsetAsync(buf, 0, bytes, stream_), "cudaMemsetAsync");
-  sync("cudaMemsetAsync");
 }
 
 void NcclTransport::scale(void* buf, size_t count, DType t, double factor) {
   if (count == 0 || factor == 1.0) return;
   cuda_check(scale_on_device(buf, count, t, factor, stream_), "the scale kernel launch");
-  sync("the scale kernel");
 }
 
 Stream NcclTransport::stream() const { return Stream(Device::cuda(device_), stream_); }
@@ -192,9 +197,6 @@ Tensor NcclTransport::allocate(const Shape& shape, DType t) { return Tensor::emp
 
 void NcclTransport::wait_event(const Event& e) { e.block(stream()); }
 
-Event NcclTransport::record_done() {
-  // Every call synchronises its stream before returning: nothing is left to wait for.
-  return {};
-}
+Event NcclTransport::record_done() { return record_event(stream()); }
 
 }  // namespace cohort::comm

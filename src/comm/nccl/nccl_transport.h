@@ -1,8 +1,12 @@
 // The NCCL transport: device memory, one NCCL communicator per engine, its unique id
 // broadcast over MPI. Negotiation stays on MPI (host memory); only the data plane
-// runs on the GPU, on one stream that each call synchronises before returning. Its
-// results and scratch come from the runtime's caching allocator. Zero-size blocks are
-// skipped (every rank knows the sizes, so the skips agree).
+// runs on the GPU, on one stream of its own: a call waits (on the device) for the
+// events of its inputs (wait_event), enqueues its work and returns; record_done() gives
+// the event its results are complete at, which requests carry. No host thread waits
+// per call. Results and scratch come from the runtime's caching allocator, in the
+// stream's order. Zero-size blocks are skipped (every rank knows the sizes, so the
+// skips agree). An asynchronous NCCL error fails the next call; an abort
+// (ncclCommAbort, after a lost peer or a stall) ends kernels waiting for a peer.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <thread>
