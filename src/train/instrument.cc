@@ -206,6 +206,7 @@ std::unique_ptr<OptimizerTrace> OptimizerTrace::make(const Config& config, const
   setup.compute_threads = static_cast<int>(config.get_int("compute_threads"));
   if (setup.compute_threads <= 0) setup.compute_threads = setup.thread_budget;
   setup.device = runtime.device().to_string();
+  setup.variable_update = config.get_string("variable_update");
   setup.base_lr = config.get_float("lr");
   return std::make_unique<OptimizerTrace>(std::move(file), std::move(setup));
 }
@@ -225,6 +226,7 @@ void OptimizerTrace::before_step(double lr) {
     o.add_int("runtime_rank", setup_.rank)
         .add_int("runtime_size", setup_.size)
         .add_string("device", setup_.device)
+        .add_string("variable_update", setup_.variable_update)
         .add_int("compute_threads", setup_.compute_threads)
         .add_int("thread_budget", setup_.thread_budget)
         .add_string("params_crc32c", params_checksum(setup_.params))

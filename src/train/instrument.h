@@ -83,6 +83,7 @@ class OptimizerTrace {
     std::vector<Tensor> params;  // shares the parameters' storage (outlives the model)
     int rank = 0, size = 1, compute_threads = 1, thread_budget = 1;
     std::string device;
+    std::string variable_update;  // replicated averages gradients; independent does not
     double base_lr = 0;
   };
   // nullptr unless `instrument_dir` is set in `config` (the optimizer's options).

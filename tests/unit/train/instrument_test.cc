@@ -47,6 +47,7 @@ OptimizerTrace::Setup setup() {
   std::fill_n(s.params[0].data_as<float>(), 4, 0.0f);
   s.size = 2;
   s.device = "cpu";
+  s.variable_update = "independent";
   s.base_lr = 0.1;
   return s;
 }
@@ -80,6 +81,7 @@ TEST(OptimizerTrace, ProgressIsOnDiskAtTheStartAndTheEndOfEveryStep) {
   const std::vector<Json> lines = records(dir.path() / "rank-0.jsonl");
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_EQ(lines[0].at("event").text, "first_step");
+  EXPECT_EQ(lines[0].at("variable_update").text, "independent");  // whether gradients are averaged
 }
 
 TEST(OptimizerTrace, TheEndRecordCountsStartedStepsAndTheirCost) {
