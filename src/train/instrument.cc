@@ -1,6 +1,7 @@
 #include "train/instrument.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,6 +92,13 @@ double median(std::vector<double> v) {
   std::nth_element(v.begin(), mid, v.end());
   if (v.size() % 2) return *mid;
   return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+}
+
+// CPU time of the calling thread.
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double unix_time_s() {
@@ -216,9 +224,14 @@ OptimizerTrace::OptimizerTrace(std::string file, Setup setup)
 
 void OptimizerTrace::before_step(double lr) {
   const Clock::time_point now = Clock::now();
+  const double cpu = thread_cpu_s();
   if (started_ == 0) first_start_ = now;
-  if (started_ > kUnmeasuredSteps) intervals_.push_back(std::chrono::duration<double>(now - last_start_).count());
+  if (started_ > kUnmeasuredSteps) {
+    intervals_.push_back(std::chrono::duration<double>(now - last_start_).count());
+    interval_cpu_.push_back(cpu - last_start_cpu_);
+  }
   last_start_ = now;
+  last_start_cpu_ = cpu;
   ++started_;
   if (started_ == 1) {
     first_lr_ = lr;
@@ -290,6 +303,7 @@ void OptimizerTrace::write() {
       .add_int("measured_images", measured_images_)
       .add_number("measured_s", measured_s_)
       .add_number("step_interval_median_s", median(intervals_))
+      .add_number("step_cpu_median_s", median(interval_cpu_))
       .add_int("step_intervals", static_cast<int64_t>(intervals_.size()))
       .add_number("train_s", steps_ > 0 ? std::chrono::duration<double>(last_end_ - first_start_).count() : 0.0);
   append(file_, std::move(o));

@@ -108,9 +108,12 @@ class OptimizerTrace {
   int64_t started_ = 0, steps_ = 0, images_ = 0, measured_images_ = 0;
   double first_lr_ = 0, max_lr_ = 0, last_lr_ = 0, last_loss_ = 0, measured_s_ = 0;
   // From one step's start to the next one's, after the unmeasured steps: what a step
-  // costs the program, its input and its own work between steps included.
-  std::vector<double> intervals_;
+  // costs the program, its input and its own work between steps included; in wall time,
+  // and in CPU time of the thread that trains (which other processes on the machine do
+  // not lengthen, nor waits for the other ranks).
+  std::vector<double> intervals_, interval_cpu_;
   Clock::time_point first_start_, last_start_, last_end_;
+  double last_start_cpu_ = 0;
   ProgressFile progress_;
 };
 

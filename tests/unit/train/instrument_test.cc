@@ -1,15 +1,18 @@
 // What instrument_dir records for cohort-check while a program runs, not only at its
 // end: a rank's progress (steps started and finished) is on disk at every moment, so a
 // rank that hangs in a step or is killed still tells how far it got; the end record
-// says how many steps were started and what a step cost; a training pipeline's record
-// is written as soon as its first epoch is delivered.
+// says how many steps were started and what a step cost (in wall time and in the
+// training thread's CPU time); a training pipeline's record is written as soon as its
+// first epoch is delivered.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/pipeline.h"
@@ -91,6 +94,7 @@ TEST(OptimizerTrace, TheEndRecordCountsStartedStepsAndTheirCost) {
     for (int i = 0; i < 9; ++i) {
       trace.before_step(0.1);
       trace.after_step(1.0, 8, 0.001);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a wait between steps, not work
     }
     trace.before_step(0.1);  // the tenth step threw
   }
@@ -102,7 +106,8 @@ TEST(OptimizerTrace, TheEndRecordCountsStartedStepsAndTheirCost) {
   EXPECT_EQ(end.at("steps_started").number, 10);
   // Intervals between step starts after the 5 unmeasured steps: starts 6→7, …, 9→10.
   EXPECT_EQ(end.at("step_intervals").number, 4);
-  EXPECT_GT(end.at("step_interval_median_s").number, 0);
+  EXPECT_GE(end.at("step_interval_median_s").number, 0.01);  // wall time: the sleep counts
+  EXPECT_LT(end.at("step_cpu_median_s").number, 0.005);      // the thread's CPU time: it does not
   EXPECT_GE(end.at("train_s").number, 0);
 }
 
