@@ -448,7 +448,12 @@ class Grading(unittest.TestCase):
         stopped(two, output="collective 'grad/conv1.w' stalled for 20 s (stall_shutdown_s)")
         two.progress[0].update(steps_started=33, steps=32, in_step=True)
         two.progress[1].update(steps_started=32, steps=32)
+        two.stderr = {0: "[cohort 0 warn] stall: collectives have waited more than 10 s\n  'grad/conv1.w': waiting\n"
+                         "train_single: training step: collective 'grad/conv1.w' stalled\ncohortrun: rank 0 exited\n",
+                      1: "train_single: summing the metrics: collective 'metrics' stalled\n"}
         items = grade(one, two)
+        self.assertIn("\nrank 0: train_single: training step: collective 'grad/conv1.w' stalled\n"
+                      "rank 1: train_single: summing the metrics", items["steps_divided"].hint)  # each rank's error
         self.assertEqual(failing_items(items), {"final_params", "lr_scaled", "steps_divided", "metrics_averaged",
                                                 "checkpoint", "accuracy", "throughput"})
         for key in ("runtime", "init_params", "shards", "one_printer"):

@@ -219,12 +219,14 @@ class Run:
         """Seconds between each rank's last step start or end and the end of the run."""
         return {r: self.ended_at - p["time"] for r, p in self.progress.items()}
 
-    def tail(self, lines=3):
-        """The last lines each rank wrote to stderr (its error), else the job's output."""
+    def tail(self, lines=2):
+        """The last lines each rank wrote to stderr (its error, without cohort's log and
+        indented lines when it has others), else the job's output."""
         out = []
         for r in sorted(self.stderr):
             mine = [line for line in self.stderr[r].strip().splitlines() if not line.startswith("cohortrun:")]
-            out += [f"rank {r}: {line}" if self.np > 1 else line for line in mine[-lines:]]
+            errors = [line for line in mine if line[:1].strip() and not line.startswith("[cohort ")]
+            out += [f"rank {r}: {line}" if self.np > 1 else line for line in (errors or mine)[-lines:]]
         return "\n".join(out) if out else "\n".join(self.output.strip().splitlines()[-8:])
 
     def describe_end(self):
@@ -797,7 +799,7 @@ def accelerate(args):
                                   checkpoints=ck)
         items = grade_accelerate(one, two, resumed, args.accuracy_points, args.min_speedup,
                                  args.throughput == "check")
-    return items
+    return items, [r for r in (one, two, resumed) if r]
 
 
 # ---- the add-model exercise ----
@@ -875,7 +877,7 @@ def add_model(args):
         summary_run = run(["--summary"])
         train_run = run(["--num_iter=2", "--batch_size=2", "--num_warmup_batches=0", "--lr=0.001", "--json"]) \
             if summary_run.status == 0 else summary_run
-        return grade_add_model(summary_run, train_run)
+        return grade_add_model(summary_run, train_run), []
 
 
 # ---- command line ----
@@ -917,15 +919,16 @@ def parse(argv):
 def main(argv=None):
     args = parse(argv)
     try:
-        items = accelerate(args) if args.exercise == "accelerate" else add_model(args)
+        items, runs = accelerate(args) if args.exercise == "accelerate" else add_model(args)
     except (UsageError, FileNotFoundError) as e:
         print(f"cohort-check: {e}", file=sys.stderr)
         return 2
     report(f"cohort-check {args.exercise} {args.file}", items)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"exercise": args.exercise, "file": args.file, "items": [i.as_dict() for i in items]}, f,
-                      indent=1)
+            json.dump({"exercise": args.exercise, "file": args.file, "items": [i.as_dict() for i in items],
+                       "runs": [{"name": r.name, "ranks": r.np, "status": r.status, "wall_s": round(r.wall_s, 1),
+                                 "limit_s": r.limit} for r in runs]}, f, indent=1)
     return 1 if any(i.status == "FAIL" for i in items) else 0
 
 
