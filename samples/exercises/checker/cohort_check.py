@@ -515,8 +515,9 @@ def _grade_printers(item, job):  # TODO 6: one rank prints.
         return item.passed("only rank 0 wrote to stdout")
     if printers:
         return item.failed(f"rank(s) {printers} wrote to stdout",
-                           "print on rank 0 only: `if (rank == 0)` (Python: `if self.rank == 0`); the other ranks "
-                           "stay silent")
+                           "print on rank 0 only: `if (rank == 0)` (Python: `if self.rank == 0`) around the "
+                           "printing; the other ranks stay silent. Only the printing: the checkpoint calls stay on "
+                           "every rank")
     if job.two.status != 0:
         return job.not_graded(item)
     return item.failed("no rank printed", "rank 0 must print its report and the run summary (--json)")
