@@ -51,6 +51,23 @@ train::Trainer& live(const cohort_optimizer_t* o) {
   return *o->trainer;
 }
 
+// Runs a checkpoint call, which is collective although one rank does the file's work.
+// A program written the Horovod way saves (or loads) under `if (rank == 0)`: the other
+// ranks never make the call, and rank 0 waits in it until they shut down or
+// stall_shutdown_s passes. The error it then gets says why.
+template <typename Call>
+void every_rank_calls(const char* function, const char* verb, Call&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    if (e.code() != Code::kPeerShutdown && e.code() != Code::kStalled) throw;
+    fail(e.code(), "every rank must call ", function, ": it is collective (rank 0 ", verb,
+         " the file, then every rank returns the outcome), unlike a Horovod program's rank-0-only save or load; "
+         "a rank that skips it, under `if (rank == 0)`, leaves the others waiting here: ",
+         e.what());
+  }
+}
+
 // The training step; `model`, when given, must be the optimizer's.
 void train_step(const cohort_model_t* model, cohort_optimizer_t* optimizer, const cohort_batch_t* batch,
                 cohort_train_stats_t* stats) {
@@ -162,7 +179,9 @@ COHORT_API cohort_status_t cohort_optimizer_save_checkpoint(cohort_optimizer_t* 
     train::Trainer& t = live(optimizer);
     need(dir, "dir");
     const cohort_checkpoint_info_t in = capi::read_in(info, cohort_checkpoint_info_t{}, "info");
-    t.save_checkpoint(dir, {in.epoch, in.step, in.pipeline_epoch, in.pipeline_step});
+    every_rank_calls("cohort_optimizer_save_checkpoint", "writes", [&] {
+      t.save_checkpoint(dir, {in.epoch, in.step, in.pipeline_epoch, in.pipeline_step});
+    });
   });
 }
 
@@ -173,7 +192,8 @@ COHORT_API cohort_status_t cohort_optimizer_load_checkpoint(cohort_optimizer_t* 
     need(dir, "dir");
     need(found, "found");
     capi::check_struct_size<cohort_checkpoint_info_t>(need(info, "info")->struct_size, "info");
-    const std::optional<train::RunPosition> position = t.load_checkpoint(dir);
+    std::optional<train::RunPosition> position;
+    every_rank_calls("cohort_optimizer_load_checkpoint", "reads", [&] { position = t.load_checkpoint(dir); });
     *found = position ? 1 : 0;
     const train::RunPosition p = position.value_or(train::RunPosition{});
     capi::write_out(

@@ -1,6 +1,13 @@
 #include "train/instrument.h"
 
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +21,8 @@ namespace {
 
 // Steps at the start of a run that throughput leaves out (start-up, first allocations).
 constexpr int64_t kUnmeasuredSteps = 5;
+// The width a progress record is padded to (it is about 190 characters).
+constexpr size_t kProgressWidth = 255;
 
 // This process's rank in the launched job, from the launcher's environment: no MPI call
 // (only the engine thread calls MPI), and right whatever the runtime spans.
@@ -70,7 +79,60 @@ std::string bitmap_hex(const std::vector<uint8_t>& bits) {
   return s;
 }
 
+// The progress file beside a record file: rank-R.jsonl → rank-R.progress.json.
+std::string progress_path(const std::string& file) {
+  const std::string suffix = ".jsonl";
+  const std::string stem = file.ends_with(suffix) ? file.substr(0, file.size() - suffix.size()) : file;
+  return stem + ".progress.json";
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2) return *mid;
+  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+}
+
+// CPU time of the calling thread.
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double unix_time_s() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 }  // namespace
+
+ProgressFile::~ProgressFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ProgressFile::write(const std::string& line) {
+  if (failed_) return;
+  if (fd_ < 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path_).parent_path(), ec);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      failed_ = true;
+      COHORT_LOG_WARN("instrument_dir: cannot write '", path_, "': ", std::strerror(errno));
+      return;
+    }
+  }
+  // One write of the whole record: a reader (or a kill) sees the old one or the new one.
+  const auto written = ::pwrite(fd_, line.data(), line.size(), 0);
+  if (written != static_cast<ssize_t>(line.size()) ||
+      (line.size() < size_ && ::ftruncate(fd_, static_cast<off_t>(line.size())) != 0)) {
+    failed_ = true;
+    COHORT_LOG_WARN("instrument_dir: cannot write '", path_, "': ", std::strerror(errno));
+    return;
+  }
+  size_ = line.size();
+}
 
 uint64_t init_seed(const Config& config, uint64_t seed) {
   if (config.get_string("instrument_dir").empty()) return seed;
@@ -98,6 +160,7 @@ void PipelineTrace::batch(int64_t epoch, int64_t step, int64_t valid) {
   valid_ += valid;
   last_epoch_ = epoch;
   if (epoch != 0) return;
+  ++first_epoch_batches_;
   sampler_.batch(epoch, step, indices_);
   int64_t taken = 0;
   for (int64_t index : indices_) {
@@ -110,6 +173,8 @@ void PipelineTrace::batch(int64_t epoch, int64_t step, int64_t valid) {
     byte |= bit;
     ++first_epoch_samples_;
   }
+  // The first epoch is complete: its record stands even if the process never ends well.
+  if (first_epoch_batches_ == sampler_.steps_per_epoch()) write();
 }
 
 PipelineTrace::~PipelineTrace() {
@@ -149,19 +214,32 @@ std::unique_ptr<OptimizerTrace> OptimizerTrace::make(const Config& config, const
   setup.compute_threads = static_cast<int>(config.get_int("compute_threads"));
   if (setup.compute_threads <= 0) setup.compute_threads = setup.thread_budget;
   setup.device = runtime.device().to_string();
+  setup.variable_update = config.get_string("variable_update");
   setup.base_lr = config.get_float("lr");
   return std::make_unique<OptimizerTrace>(std::move(file), std::move(setup));
 }
 
-OptimizerTrace::OptimizerTrace(std::string file, Setup setup) : file_(std::move(file)), setup_(std::move(setup)) {}
+OptimizerTrace::OptimizerTrace(std::string file, Setup setup)
+    : file_(std::move(file)), setup_(std::move(setup)), progress_(progress_path(file_)) {}
 
 void OptimizerTrace::before_step(double lr) {
-  if (steps_ == 0) {
+  const Clock::time_point now = Clock::now();
+  const double cpu = thread_cpu_s();
+  if (started_ == 0) first_start_ = now;
+  if (started_ > kUnmeasuredSteps) {
+    intervals_.push_back(std::chrono::duration<double>(now - last_start_).count());
+    interval_cpu_.push_back(cpu - last_start_cpu_);
+  }
+  last_start_ = now;
+  last_start_cpu_ = cpu;
+  ++started_;
+  if (started_ == 1) {
     first_lr_ = lr;
     JsonObject o = header("first_step");
     o.add_int("runtime_rank", setup_.rank)
         .add_int("runtime_size", setup_.size)
         .add_string("device", setup_.device)
+        .add_string("variable_update", setup_.variable_update)
         .add_int("compute_threads", setup_.compute_threads)
         .add_int("thread_budget", setup_.thread_budget)
         .add_string("params_crc32c", params_checksum(setup_.params))
@@ -171,9 +249,11 @@ void OptimizerTrace::before_step(double lr) {
   }
   last_lr_ = lr;
   if (lr > max_lr_) max_lr_ = lr;
+  write_progress(true);
 }
 
 void OptimizerTrace::after_step(double loss, int64_t valid, double seconds) {
+  last_end_ = Clock::now();
   ++steps_;
   images_ += valid;
   last_loss_ = loss;
@@ -181,6 +261,22 @@ void OptimizerTrace::after_step(double loss, int64_t valid, double seconds) {
     measured_images_ += valid;
     measured_s_ += seconds;
   }
+  write_progress(false);
+}
+
+void OptimizerTrace::write_progress(bool in_step) {
+  JsonObject o = header("progress");
+  o.add_int("runtime_rank", setup_.rank)
+      .add_int("runtime_size", setup_.size)
+      .add_int("steps_started", started_)
+      .add_int("steps", steps_)
+      .add_bool("in_step", in_step)
+      .add_number("lr", last_lr_)
+      .add_number("time", unix_time_s());
+  // Padded to one width, so that each rewrite covers the previous record exactly.
+  std::string line = o.str();
+  if (line.size() < kProgressWidth) line.append(kProgressWidth - line.size(), ' ');
+  progress_.write(line + "\n");
 }
 
 OptimizerTrace::~OptimizerTrace() {
@@ -196,6 +292,7 @@ void OptimizerTrace::write() {
   o.add_int("runtime_rank", setup_.rank)
       .add_int("runtime_size", setup_.size)
       .add_int("steps", steps_)
+      .add_int("steps_started", started_)
       .add_int("images", images_)
       .add_string("params_crc32c", params_checksum(setup_.params))
       .add_number("first_lr", first_lr_)
@@ -204,7 +301,11 @@ void OptimizerTrace::write() {
       .add_number("base_lr", setup_.base_lr)
       .add_number("last_loss", last_loss_)
       .add_int("measured_images", measured_images_)
-      .add_number("measured_s", measured_s_);
+      .add_number("measured_s", measured_s_)
+      .add_number("step_interval_median_s", median(intervals_))
+      .add_number("step_cpu_median_s", median(interval_cpu_))
+      .add_int("step_intervals", static_cast<int64_t>(intervals_.size()))
+      .add_number("train_s", steps_ > 0 ? std::chrono::duration<double>(last_end_ - first_start_).count() : 0.0);
   append(file_, std::move(o));
 }
 

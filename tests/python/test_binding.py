@@ -6,6 +6,7 @@ Environment: COHORT_INCLUDE_DIR, the headers the completeness test reads;
 COHORT_TEST_DATA, a scratch directory."""
 import atexit
 import gc
+import json
 import os
 import re
 import shutil
@@ -379,9 +380,10 @@ class Train(unittest.TestCase):
 
 
 def read_records(directory):
-    import json
     records = {}
     for name in sorted(os.listdir(directory)):
+        if not name.endswith(".jsonl"):
+            continue  # rank-R.progress.json: one record, rewritten while the rank runs
         with open(os.path.join(directory, name)) as f:
             records[name] = [json.loads(line) for line in f]
     return records
@@ -395,7 +397,10 @@ class Instrument(unittest.TestCase):
             with cohort.Runtime(log_level="error", instrument_dir=d) as rt:
                 model, opt, losses = train_mnist(rt, steps=70)  # one epoch of 2048 is 64 steps of 32
             records = read_records(d)
+            with open(os.path.join(d, "rank-0.progress.json")) as f:
+                progress = json.load(f)
         self.assertEqual(list(records), ["rank-0.jsonl"])
+        self.assertEqual((progress["steps_started"], progress["steps"], progress["in_step"]), (70, 70, False))
         events = {r["event"]: r for r in records["rank-0.jsonl"]}
         self.assertEqual(set(events), {"first_step", "end", "pipeline"})
         start, end, pipe = events["first_step"], events["end"], events["pipeline"]

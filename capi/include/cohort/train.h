@@ -218,6 +218,14 @@ typedef struct cohort_checkpoint_info_t {
  * atomically; the newest `keep_checkpoints` are kept). Rank 0 writes; every rank then
  * returns rank 0's outcome, so a failed write (a full disk, a read-only directory, a
  * path through a file) is the same error on every rank and no rank is left waiting.
+ *
+ * Every rank calls it, in the same order as its other collective calls: unlike a
+ * Horovod program, which saves under `if (hvd.rank() == 0)`, never put it under
+ * `if (rank == 0)`. A rank that skips it leaves the others waiting in it until that
+ * rank shuts down its runtime (then they fail with ::COHORT_ERR_PEER_SHUTDOWN) or
+ * until `stall_shutdown_s` passes (::COHORT_ERR_STALLED; with the default 0 they wait
+ * for ever, and rank 0 logs a stall warning after `stall_warning_s`), with a message
+ * that says "every rank must call cohort_optimizer_save_checkpoint".
  * @param optimizer The optimizer (its model is saved too).
  * @param dir       Directory, created when missing (only rank 0's value is used).
  * @param info      The run's position; set its struct_size (fields beyond an older
@@ -231,6 +239,11 @@ COHORT_API cohort_status_t cohort_optimizer_save_checkpoint(cohort_optimizer_t* 
 /**
  * @brief Collective: rank 0 loads the latest checkpoint of @p dir, then its values are
  * broadcast to every rank (as cohort_optimizer_broadcast()).
+ *
+ * Every rank calls it (a Horovod program loads on rank 0, then broadcasts; here the
+ * call does both): a rank that skips it leaves the others waiting, as for
+ * cohort_optimizer_save_checkpoint(), and their error says "every rank must call
+ * cohort_optimizer_load_checkpoint".
  *
  * A checkpoint saved at another global batch (another number of ranks, after a restart
  * on fewer hosts) resumes at the same sample: the optimizer's step count, which the

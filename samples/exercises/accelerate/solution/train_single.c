@@ -8,7 +8,8 @@
  *   cohort-check accelerate train_single.c
  *
  * Every flag is a key of cohort's option registry (--batch_size=64, --lr=0.05,
- * --data_dir=..., --json for the run-summary line); see `cohort-options`. */
+ * --data_dir=..., --json for the run-summary line, --checkpoint_dir=DIR to save the
+ * trained model there, --resume to continue from it); see `cohort-options`. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stdio.h>
@@ -49,8 +50,9 @@ static int failed(const char* what) {
 
 /* Prints one line of the program's report. */
 static void say(const run_t* r, const char* format, ...) {
-  /* TODO 6 — only rank 0 prints and writes checkpoints (Horovod: `if hvd.rank() == 0`).
-   * cohort_optimizer_save_checkpoint() writes from rank 0 alone: every rank calls it. */
+  /* TODO 6 — only rank 0 prints (Horovod: `if hvd.rank() == 0`). The checkpoint calls
+   * stay outside any such test: every rank calls them, and rank 0 alone writes or reads
+   * the file (see save() and resume()). */
   if (r->rank != 0) return;
   /* END TODO 6 */
   va_list args;
@@ -128,6 +130,31 @@ static int create_optimizer(run_t* r) {
   return 0;
 }
 
+/* Resumes from the latest checkpoint of `dir` (with --resume): the parameters, the
+ * optimizer's state and step count, and where the epochs and the training data were.
+ * Collective: every rank calls it; rank 0 reads the file, and its values reach every
+ * rank. */
+static int resume(run_t* r, const char* dir, int64_t* first_epoch) {
+  cohort_checkpoint_info_t ck = {.struct_size = sizeof ck};
+  int found = 0;
+  CHECK(cohort_optimizer_load_checkpoint(r->opt, dir, &ck, &found), "loading the checkpoint");
+  if (!found) return 0;
+  *first_epoch = ck.epoch;
+  CHECK(cohort_pipeline_seek(r->train, ck.pipeline_epoch, ck.pipeline_step), "resuming the training data");
+  say(r, "resumed from %s after epoch %lld\n", dir, (long long)ck.epoch);
+  return 0;
+}
+
+/* Saves the run into `dir`: `epochs` are done and the training data continues after the
+ * batch `last`. Collective: every rank calls it; rank 0 writes the file. */
+static int save(run_t* r, const char* dir, int64_t epochs, const cohort_batch_t* last, int64_t pipeline_steps) {
+  cohort_checkpoint_info_t ck = {.struct_size = sizeof ck, .epoch = epochs};
+  ck.pipeline_epoch = last->step + 1 < pipeline_steps ? last->epoch : last->epoch + 1;
+  ck.pipeline_step = last->step + 1 < pipeline_steps ? last->step + 1 : 0;
+  CHECK(cohort_optimizer_save_checkpoint(r->opt, dir, &ck), "saving a checkpoint");
+  return 0;
+}
+
 static int train(run_t* r, const char* device) {
   const double wall_start = now_s();
   cohort_pipeline_info_t info = {.struct_size = sizeof info};
@@ -151,12 +178,17 @@ static int train(run_t* r, const char* device) {
    * from the same model (Horovod: BroadcastGlobalVariablesCallback(0)). */
   CHECK(cohort_optimizer_broadcast(r->opt, 0), "broadcasting the initial parameters");
   /* END TODO 4 */
+  char checkpoint_dir[4096] = "";
+  cohort_config_get(r->cfg, "checkpoint_dir", checkpoint_dir, sizeof checkpoint_dir, NULL);
+  int64_t first_epoch = 0;
+  if (checkpoint_dir[0] && get_bool(r->cfg, "resume") && resume(r, checkpoint_dir, &first_epoch)) return 1;
 
   say(r, "Fashion-MNIST CNN: %lld training images, batch %lld, %lld steps per epoch, %lld epochs, on %s\n",
       (long long)info.dataset_size, (long long)batch, (long long)steps_per_epoch, (long long)epochs, device);
   double last_loss = 0;
   int64_t steps = 0;
-  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+  cohort_batch_t last = {.struct_size = sizeof last, .epoch = -1, .step = -1};
+  for (int64_t epoch = first_epoch; epoch < epochs; ++epoch) {
     double loss_sum = 0, epoch_images = 0, epoch_start = now_s();
     for (int64_t i = 0; i < steps_per_epoch; ++i) {
       const double t0 = now_s();
@@ -170,6 +202,7 @@ static int train(run_t* r, const char* device) {
       loss_sum += st.loss;
       epoch_images += (double)b.valid;
       last_loss = st.loss;
+      last = b;
       ++steps;
     }
     double m[2] = {loss_sum / (double)steps_per_epoch, epoch_images / (now_s() - epoch_start)};
@@ -187,12 +220,6 @@ static int train(run_t* r, const char* device) {
   rates.mean = final[2];
   say(r, "images/sec: %.1f\ntest accuracy: %.4f (%lld images)\n", rates.median, ev.top1, (long long)ev.samples);
 
-  char checkpoint_dir[4096] = "";
-  cohort_config_get(r->cfg, "checkpoint_dir", checkpoint_dir, sizeof checkpoint_dir, NULL);
-  if (checkpoint_dir[0]) {
-    cohort_checkpoint_info_t ck = {.struct_size = sizeof ck, .epoch = epochs};
-    CHECK(cohort_optimizer_save_checkpoint(r->opt, checkpoint_dir, &ck), "saving a checkpoint");
-  }
   if (get_bool(r->cfg, "json")) {
     char data_dir[4096] = "";
     cohort_config_get(r->cfg, "data_dir", data_dir, sizeof data_dir, NULL);
@@ -215,6 +242,7 @@ static int train(run_t* r, const char* device) {
     CHECK(cohort_run_summary_json(&rs, line, sizeof line, NULL), "writing the run summary");
     say(r, "%s\n", line);
   }
+  if (checkpoint_dir[0] && steps > 0 && save(r, checkpoint_dir, epochs, &last, info.steps_per_epoch)) return 1;
   return 0;
 }
 

@@ -9,7 +9,8 @@ ranks:
     cohort-check accelerate train_single.py
 
 Every flag is a key of cohort's option registry (--batch_size=64, --lr=0.05,
---data_dir=..., --json for the run-summary line); see `cohort-options`.
+--data_dir=..., --json for the run-summary line, --checkpoint_dir=DIR to save the trained
+model there, --resume to continue from it); see `cohort-options`.
 """
 import sys
 import time
@@ -41,8 +42,9 @@ class Program:
 
     def say(self, *args):
         """Prints one line of the program's report."""
-        # TODO 6 — only rank 0 prints and writes checkpoints (Horovod: `if hvd.rank() == 0`).
-        # Optimizer.save_checkpoint() writes from rank 0 alone: every rank calls it.
+        # TODO 6 — only rank 0 prints (Horovod: `if hvd.rank() == 0`). The checkpoint calls
+        # stay outside any such test: every rank calls them, and rank 0 alone writes or
+        # reads the file (see save() and resume()).
         if self.rank != 0:
             return
         # END TODO 6
@@ -83,6 +85,25 @@ class Program:
         # END TODO 3
         return cohort.Optimizer(model, opt_cfg)
 
+    def resume(self, opt, directory):
+        """Resumes from the latest checkpoint of `directory` (with --resume): the parameters,
+        the optimizer's state and step count, and where the epochs and the training data
+        were; returns the epochs done. Collective: every rank calls it; rank 0 reads the
+        file, and its values reach every rank."""
+        ck = opt.load_checkpoint(directory)
+        if ck is None:
+            return 0
+        self.train.seek(ck.pipeline_epoch, ck.pipeline_step)
+        self.say(f"resumed from {directory} after epoch {ck.epoch}")
+        return ck.epoch
+
+    def save(self, opt, directory, epochs, last, pipeline_steps):
+        """Saves the run into `directory`: `epochs` are done and the training data continues
+        after the batch `last`. Collective: every rank calls it; rank 0 writes the file."""
+        at_end = last.step + 1 == pipeline_steps
+        opt.save_checkpoint(directory, epoch=epochs, pipeline_epoch=last.epoch + at_end,
+                            pipeline_step=0 if at_end else last.step + 1)
+
     def run(self):
         wall_start = time.monotonic()
         model = cohort.Model(self.rt, "mnist_cnn", self.cfg)
@@ -103,11 +124,13 @@ class Program:
         # from the same model (Horovod: BroadcastGlobalVariablesCallback(0)).
         opt.broadcast(0)
         # END TODO 4
+        checkpoint_dir = self.cfg["checkpoint_dir"]
+        first_epoch = self.resume(opt, checkpoint_dir) if checkpoint_dir and self.cfg["resume"] else 0
 
         self.say(f"Fashion-MNIST CNN: {info.dataset_size} training images, batch {batch}, {steps_per_epoch} steps "
                  f"per epoch, {epochs} epochs, on {self.rt.device}")
-        steps, last_loss = 0, 0.0
-        for epoch in range(epochs):
+        steps, last_loss, last = 0, 0.0, None
+        for epoch in range(first_epoch, epochs):
             loss_sum, images, epoch_start = 0.0, 0, time.monotonic()
             for _ in range(steps_per_epoch):
                 t0 = time.monotonic()
@@ -117,7 +140,7 @@ class Program:
                 metrics.record(time.monotonic() - t0, b.valid, data_wait_s=t1 - t0, comm_exposed_s=st.comm_wait_s)
                 loss_sum += st.loss
                 images += b.valid
-                last_loss = st.loss
+                last_loss, last = st.loss, b
                 steps += 1
             loss, rate = self.reduce_metrics([loss_sum / steps_per_epoch, images / (time.monotonic() - epoch_start)])
             self.say(f"epoch {epoch + 1}: loss {loss:.4f}, {rate:.1f} images/sec")
@@ -126,14 +149,14 @@ class Program:
         rates = metrics.summary()
         final_loss, rates.median, rates.mean = self.reduce_metrics([last_loss, rates.median, rates.mean])
         self.say(f"images/sec: {rates.median:.1f}\ntest accuracy: {ev.top1:.4f} ({ev.samples} images)")
-        if self.cfg["checkpoint_dir"]:
-            opt.save_checkpoint(self.cfg["checkpoint_dir"], epoch=epochs)
         if self.cfg["json"]:
             self.say(cohort.run_summary_json(
                 "mnist_cnn", ranks=self.size, local_ranks=self.rt.local_size, device=self.rt.device,
                 data=self.cfg["data_dir"], batch_per_rank=batch, global_batch=batch * self.size, steps=steps,
                 warmup_steps=self.cfg["num_warmup_batches"], images_per_sec=rates, epochs=float(epochs),
                 loss=float(final_loss), top1=ev.top1, top5=ev.top5, wall_s=time.monotonic() - wall_start))
+        if checkpoint_dir and steps > 0:
+            self.save(opt, checkpoint_dir, epochs, last, info.steps_per_epoch)
 
 
 def main(argv):
