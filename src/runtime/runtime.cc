@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/device_probe.h"
+#include "runtime/device_probe.h"
 #include "comm/mpi/mpi_error.h"
 #include "comm/mpi/mpi_transport.h"
 #include "comm/staged/staged_transport.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/device_probe.h"
+#include "runtime/device_probe.h"
 #include "core/status.h"
 #include "graph/graph.h"
 #include "support/host_views.h"

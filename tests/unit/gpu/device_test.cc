@@ -2,7 +2,7 @@
 // here is reported as SKIPPED.
 #include <gtest/gtest.h>
 
-#include "backend/device_probe.h"
+#include "runtime/device_probe.h"
 #include "core/config.h"
 #include "core/status.h"
 #include "runtime/runtime.h"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/device_probe.h"
+#include "runtime/device_probe.h"
 #include "core/config.h"
 #include "core/status.h"
 #include "runtime/runtime.h"

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "backend/backend.h"
-#include "backend/device_probe.h"
+#include "runtime/device_probe.h"
 #include "core/config.h"
 #include "core/status.h"
 #include "runtime/runtime.h"
@@ -31,7 +31,7 @@ class DeviceChoice : public ::testing::Test {
 TEST_F(DeviceChoice, TheFakeProbeReportsItsDevices) {
   EXPECT_EQ(probe_cuda().device_count, 2);
   fake_cuda_devices_for_testing(0);
-  EXPECT_EQ(probe_cuda().why, "no CUDA device is visible");
+  EXPECT_EQ(probe_cuda().why, "no CUDA device is visible (check CUDA_VISIBLE_DEVICES)");
 }
 
 TEST_F(DeviceChoice, AutoComputesOnTheLocalRanksGpuWhereTheBuildCan) {
@@ -85,7 +85,8 @@ TEST_F(DeviceChoice, WithoutAGpuTheSummarySaysWhy) {
   fake_cuda_devices_for_testing(0);
   Runtime rt(Config{});
   EXPECT_EQ(rt.collective_gpu(), -1);
-  EXPECT_EQ(rt.device_summary(), "compute on cpu; 0 CUDA devices (no CUDA device is visible)");
+  EXPECT_EQ(rt.device_summary(),
+            "compute on cpu; 0 CUDA devices (no CUDA device is visible (check CUDA_VISIBLE_DEVICES))");
 }
 
 // Whether an allreduce submitted inside a compute bracket waits for the bracket to end.

@@ -1,4 +1,4 @@
-#include "backend/device_probe.h"
+#include "runtime/device_probe.h"
 
 #include <atomic>
 
@@ -11,6 +11,7 @@
 namespace cohort {
 namespace {
 std::atomic<int> g_fake_device_count{-1};  // test hook only; -1: probe for real
+constexpr const char* kNoDevice = "no CUDA device is visible (check CUDA_VISIBLE_DEVICES)";
 }  // namespace
 
 void fake_cuda_devices_for_testing(int count) { g_fake_device_count = count < 0 ? -1 : count; }
@@ -19,7 +20,7 @@ CudaProbe probe_cuda() {
   CudaProbe probe;
   if (int fake = g_fake_device_count; fake >= 0) {
     probe.device_count = fake;
-    if (fake == 0) probe.why = "no CUDA device is visible";
+    if (fake == 0) probe.why = kNoDevice;
     return probe;
   }
 #if COHORT_HAVE_CUDA
@@ -31,7 +32,7 @@ CudaProbe probe_cuda() {
     return probe;
   }
   probe.device_count = count;
-  if (count == 0) probe.why = "no CUDA device is visible";
+  if (count == 0) probe.why = kNoDevice;
 #else
   probe.why = "this build of cohort has no CUDA backend";
 #endif
