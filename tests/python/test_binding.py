@@ -125,6 +125,28 @@ class Completeness(unittest.TestCase):
             self.assertIn(name, str(err))
         self.assertIs(type(errors.error_from_status(999, "x")), cohort.CohortError)
 
+    def test_the_python_guide_documents_every_public_name(self):
+        with open(os.path.join(HERE, "..", "..", "docs", "guides", "python.md")) as f:
+            guide = f.read()
+        sections = dict(re.findall(r"^### `?(\w+)`?\n(.*?)(?=^##)", guide + "\n##", re.S | re.M))
+        instance_attributes = {"Batch": ["images", "labels", "valid_mask", "valid", "epoch", "step"],
+                               "Parameter": ["index", "name", "value", "grad"], "Optimizer": ["model"],
+                               "Model": ["runtime"]}
+        undocumented = []
+        for cls in (cohort.Runtime, cohort.Config, cohort.Model, cohort.Pipeline, cohort.Batch, cohort.Optimizer,
+                    cohort.Request, cohort.Metrics, cohort.RunLog, cohort.Parameter, cohort.TensorView,
+                    cohort.ManagedTensor, cohort.Record):
+            names = [n for n in dir(cls) if not n.startswith("_")] + instance_attributes.get(cls.__name__, [])
+            text = sections.get(cls.__name__, "")
+            undocumented += [f"{cls.__name__}.{n}" for n in names if not re.search(rf"\b{n}\b", text)]
+        self.assertEqual(undocumented, [], "python.md: a '### Name' section per class names each of its members")
+        records = {"Model.train_step": _capi.TrainStats, "Model.evaluate": _capi.EvalResult}
+        for call, struct in records.items():
+            for field, _ in struct._fields_[1:]:
+                self.assertRegex(guide, rf"`{field}`", f"python.md does not describe {call}'s field {field}")
+        for text in ("data_split=\"validation\"", "ArgumentTypeError", "LibraryNotFound"):
+            self.assertIn(text, guide)
+
 
 class WithRuntime(unittest.TestCase):
     """Tests sharing one runtime of this process."""
