@@ -39,8 +39,8 @@ std::string check_build_report(const std::string& mpirun) {
   out += line("oneDNN",
               or_none(info.dnnl, "unknown") + " (CPU runtime " + or_none(info.dnnl_cpu_runtime, "unknown") + ")");
   out += line("libjpeg-turbo", or_none(info.jpeg_turbo, "unknown"));
-  out += line("Compute", info.cuda_trains ? "a GPU (cuDNN, cuBLAS) where one is visible (--device=auto), else the "
-                                            "CPU (oneDNN); --device=cpu|cuda chooses"
+  out += line("Compute", info.cuda_trains ? "CPU (oneDNN), and a GPU (cuDNN, cuBLAS) where one is visible: "
+                                            "--device=auto picks the GPU, --device=cpu|cuda chooses"
                                           : "CPU (oneDNN)");
   if (info.gpu_count == 0) {
     out += line("GPUs", "none" + (info.gpu_note && *info.gpu_note ? std::string(" (") + info.gpu_note + ")" : ""));

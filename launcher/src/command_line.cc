@@ -25,7 +25,7 @@ constexpr LauncherOption kLauncherOptions[] = {
     {"mpirun", true},       {"check_build", false}, {"help", false},
     {"version", false},     {"sweep_out", true},    {"no_rank_monitor", false},
     {"max_restarts", true}, {"min_np", true},       {"exclude_failed_hosts", false},
-    {"over", true},         {"bind_cores", false},
+    {"over", true},         {"bind_cores", false},  {"link_timeout", true},
 };
 
 std::string normalize(std::string_view flag) {
@@ -223,6 +223,11 @@ class Parser {
       request_.min_np = parse_rank_count(value, flag);
     } else if (key == "exclude_failed_hosts") {
       request_.exclude_failed_hosts = true;
+    } else if (key == "link_timeout") {
+      request_.link_timeout_s = parse_count(value, flag, "seconds", 0);
+      if (request_.link_timeout_s > 0 && request_.link_timeout_s < kMinLinkTimeoutS)
+        throw UsageError(flag + " " + value + ": the number of seconds must be at least " +
+                         std::to_string(kMinLinkTimeoutS) + ", or 0 for Open MPI's own settings (minutes)");
     } else if (key == "over") {
       over(value);
     } else if (key == "check_build" || key == "help" || key == "version") {
@@ -329,11 +334,11 @@ class Parser {
   void finish() {
     if (special_) {
       if (request_.mode == Mode::kSweep) throw UsageError(*special_ + " cannot be combined with sweep");
-      const bool other = np_text_ || !request_.program.empty() || !request_.host_list.empty() ||
-                         !request_.hostfile.empty() || request_.dry_run || !request_.mpi_args.empty() ||
-                         !request_.exports.empty() || !request_.output_dir.empty() || request_.tag_output ||
-                         request_.bind_cores || !request_.rank_monitor || request_.max_restarts > 0 ||
-                         request_.exclude_failed_hosts || request_.min_np > 0;
+      const bool other =
+          np_text_ || !request_.program.empty() || !request_.host_list.empty() || !request_.hostfile.empty() ||
+          request_.dry_run || !request_.mpi_args.empty() || !request_.exports.empty() || !request_.output_dir.empty() ||
+          request_.tag_output || request_.bind_cores || !request_.rank_monitor || request_.max_restarts > 0 ||
+          request_.exclude_failed_hosts || request_.min_np > 0 || request_.link_timeout_s != kDefaultLinkTimeoutS;
       if (other && special_mode_ != Mode::kHelp) throw UsageError(*special_ + " takes no other option and no program");
       request_.mode = special_mode_;
       return;
@@ -423,6 +428,10 @@ Launcher options:
   --min-np M            with --exclude-failed-hosts: a restart may run on as few as M
                         ranks; only for programs that resume at another rank count
                         (cohort-train rescales its learning rate and epoch length)
+  --link-timeout S      a job whose host stops answering (a link down, the host gone)
+                        ends within S seconds (default 30, at least 10): mpirun gets TCP
+                        keepalive settings that notice it in about 2/3 of S, and is
+                        stopped if it has not ended by S; 0 leaves Open MPI's own (minutes)
   --sweep-out PREFIX    sweep: write PREFIX.csv and PREFIX.json (default: cohort-sweep)
   --over KEY=V1,V2,…    sweep: also run with each value of the library setting KEY
                         (repeatable: the cross product of every -np and --over value)

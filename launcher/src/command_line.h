@@ -17,6 +17,12 @@ struct Export {
 
 enum class Mode { kRun, kSweep, kCheckBuild, kHelp, kVersion };
 
+// --link-timeout's default: a job whose host stops answering ends within this many seconds.
+inline constexpr int kDefaultLinkTimeoutS = 30;
+// The least --link-timeout other than 0: below it keepalive probes would be sent every second
+// and a link that drops a few packets could end a healthy job.
+inline constexpr int kMinLinkTimeoutS = 10;
+
 // sweep --over KEY=V1,V2,…: a library setting and the values it takes in turn.
 struct SweepOption {
   std::string key;                  // registry key
@@ -34,15 +40,16 @@ struct Request {
   std::vector<Export> exports;        // library settings, --env, --nccl-debug, in command-line order
   std::string output_dir;             // --output-dir
   bool tag_output = false;
-  bool bind_cores = false;              // --bind-cores: each rank on cores of its own (this host)
-  bool rank_monitor = true;             // run each rank under cohortrun-monitor
-  std::string mpirun;                   // --mpirun PATH ("" = mpirun on PATH)
-  int max_restarts = 0;                 // --max-restarts N: start the job again after a failure
-  bool exclude_failed_hosts = false;    // --exclude-failed-hosts: restart without the failed rank's host
-  int min_np = 0;                       // --min-np M: fewest ranks a restart may use (0 = np)
-  std::string sweep_prefix;             // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
-  std::vector<SweepOption> sweep_over;  // sweep: --over, in command-line order
-  std::vector<std::string> program;     // PROGRAM ARGS...
+  bool bind_cores = false;                    // --bind-cores: each rank on cores of its own (this host)
+  bool rank_monitor = true;                   // run each rank under cohortrun-monitor
+  std::string mpirun;                         // --mpirun PATH ("" = mpirun on PATH)
+  int max_restarts = 0;                       // --max-restarts N: start the job again after a failure
+  bool exclude_failed_hosts = false;          // --exclude-failed-hosts: restart without the failed rank's host
+  int min_np = 0;                             // --min-np M: fewest ranks a restart may use (0 = np)
+  int link_timeout_s = kDefaultLinkTimeoutS;  // --link-timeout S (0: Open MPI's own keepalive settings)
+  std::string sweep_prefix;                   // sweep: --sweep-out PREFIX (PREFIX.csv, PREFIX.json)
+  std::vector<SweepOption> sweep_over;        // sweep: --over, in command-line order
+  std::vector<std::string> program;           // PROGRAM ARGS...
 };
 
 // Parses everything after argv[0]. Throws UsageError for unknown options (with the

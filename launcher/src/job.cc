@@ -9,12 +9,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <string_view>
 
 namespace cohortrun {
 namespace {
@@ -22,6 +24,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kKeepStderr = 256 * 1024;
 constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// What mpirun prints when it loses one of its daemons (failure.cc reads the rest).
+constexpr std::string_view kLostHostReport = "lost communication with a remote daemon";
 
 void write_all(int fd, const char* data, size_t size) {
   while (size > 0) {
@@ -70,11 +74,14 @@ class Job {
     result.mpirun_stderr = stderr_text_;
     if (interrupted_by_)
       result.exit_status = 128 + interrupted_by_;
+    else if (stopped_lost_host_)
+      result.exit_status = kLostHostStatus;
     else if (WIFEXITED(status_))
       result.exit_status = WEXITSTATUS(status_);
     else if (WIFSIGNALED(status_))
       result.exit_status = 128 + WTERMSIG(status_);
     if (result.exit_status != 0 && !interrupted_by_) result.failure = find_rank_failure(stderr_text_);
+    if (stopped_lost_host_) result.stopped_lost_host_s = options_.lost_host_end_s;
     return result;
   }
 
@@ -138,12 +145,19 @@ class Job {
         kill(pid_, SIGKILL);
         kill_at = Clock::time_point::max();
       }
+      if (!exited_ && !interrupted_by_ && Clock::now() >= lost_host_end_at_) {
+        stopped_lost_host_ = true;
+        kill(-pid_, SIGKILL);
+        kill(pid_, SIGKILL);
+        lost_host_end_at_ = Clock::time_point::max();
+      }
       pollfd fds[3] = {{signal_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}, {out_fd_, POLLIN, 0}};
       int timeout = -1;
       if (exited_) timeout = 50;
-      if (kill_at != Clock::time_point::max())
+      const Clock::time_point next = std::min(kill_at, lost_host_end_at_);
+      if (!exited_ && next != Clock::time_point::max())
         timeout = static_cast<int>(
-            std::max<long>(1, std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now()).count()));
+            std::max<long>(1, std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count()));
       if (poll(fds, 3, timeout) < 0 && errno != EINTR) break;
       if (fds[0].revents & POLLIN) signals(kill_at);
       if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) relay(err_fd_, STDERR_FILENO, true);
@@ -198,7 +212,14 @@ class Job {
     }
     write_all(to, buffer, static_cast<size_t>(n));
     if (is_stderr) {
+      // The report may straddle two reads: look again at the end of the text before this one.
+      const size_t from =
+          stderr_text_.size() > kLostHostReport.size() ? stderr_text_.size() - kLostHostReport.size() : 0;
       stderr_text_.append(buffer, static_cast<size_t>(n));
+      if (options_.lost_host_end_s > 0 && lost_host_end_at_ == Clock::time_point::max() && !stopped_lost_host_ &&
+          stderr_text_.find(kLostHostReport, from) != std::string::npos)
+        lost_host_end_at_ =
+            Clock::now() + std::chrono::milliseconds(static_cast<long>(options_.lost_host_end_s * 1000));
       if (stderr_text_.size() > kKeepStderr) stderr_text_.erase(0, stderr_text_.size() - kKeepStderr);
       return;
     }
@@ -220,6 +241,8 @@ class Job {
   bool exited_ = false;
   int status_ = 0;
   int interrupted_by_ = 0;
+  Clock::time_point lost_host_end_at_ = Clock::time_point::max();  // set once mpirun reports a lost host
+  bool stopped_lost_host_ = false;
   std::string stderr_text_, out_line_;
 };
 
@@ -232,7 +255,14 @@ void report_job(const JobResult& result, int np) {
     std::fprintf(stderr, "cohortrun: the job was stopped by %s (exit status %d)\n",
                  signal_name(result.interrupted_by).c_str(), result.exit_status);
   } else if (result.exit_status != 0) {
-    if (result.failure)
+    if (result.stopped_lost_host_s > 0)
+      std::fprintf(stderr,
+                   "cohortrun: job failed (exit status %d): %s; mpirun had not ended %.0f s later, so "
+                   "cohortrun stopped it\n",
+                   result.exit_status,
+                   result.failure ? result.failure->reason.c_str() : "mpirun lost its connection to a host",
+                   result.stopped_lost_host_s);
+    else if (result.failure)
       std::fprintf(stderr, "cohortrun: job failed (exit status %d): %s\n", result.exit_status,
                    result.failure->reason.c_str());
     else

@@ -105,7 +105,7 @@ int run(const Request& request) {
     }
     if (!plan.output_dir.empty()) make_directories(plan.output_dir);
     std::fflush(stdout);
-    JobResult result = run_job(plan.argv);
+    JobResult result = run_job(plan.argv, job_options(request));
     const int failed = locate_failure(result, plan, attempt);
     report_job(result, attempt.np);
     if (!plan.output_dir.empty())

@@ -140,6 +140,21 @@ void check_mpi_args(const std::vector<std::string>& words, const Request& reques
 
 }  // namespace
 
+LinkWatch link_watch(int timeout_s) {
+  LinkWatch w;
+  w.timeout_s = timeout_s;
+  w.idle_s = timeout_s / 3;
+  w.interval_s = std::max(1, timeout_s / 10);
+  w.probes = 3;
+  return w;
+}
+
+JobOptions job_options(const Request& request) {
+  JobOptions options;
+  if (request.link_timeout_s > 0) options.lost_host_end_s = link_watch(request.link_timeout_s).end_s();
+  return options;
+}
+
 std::string find_executable(const std::string& name, const std::string& path) {
   if (name.find('/') != std::string::npos) return is_executable_file(name) ? name : "";
   size_t start = 0;
@@ -205,6 +220,15 @@ std::vector<std::string> mpirun_options(const Request& request, const Plan& plan
                                 // Without this, Open MPI folds the "rank R exited on signal S" report away.
                                 {{"-mca", "orte_base_help_aggregate", "0"}, "mca:orte_base_help_aggregate"},
                             });
+  // Open MPI's defaults (300 s idle, then 9 probes 20 s apart) leave a job whose host is
+  // gone waiting for 8 minutes.
+  if (request.link_timeout_s > 0) {
+    const LinkWatch w = link_watch(request.link_timeout_s);
+    for (const auto& [param, value] : {std::pair{"oob_tcp_keepalive_time", w.idle_s},
+                                       {"oob_tcp_keepalive_intvl", w.interval_s},
+                                       {"oob_tcp_keepalive_probes", w.probes}})
+      flags.push_back({{"-mca", param, std::to_string(value)}, std::string("mca:") + param});
+  }
   if (plan.oversubscribed) flags.push_back({{"-mca", "mpi_yield_when_idle", "1"}, "mca:mpi_yield_when_idle"});
   for (const Flag& f : flags)
     if (!overridden.count(f.key)) a.insert(a.end(), f.words.begin(), f.words.end());

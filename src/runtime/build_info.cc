@@ -105,5 +105,4 @@ const BuildFacts& build_facts() {
   return f;
 }
 
-
 }  // namespace cohort

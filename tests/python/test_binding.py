@@ -126,6 +126,28 @@ class Completeness(unittest.TestCase):
             self.assertIn(name, str(err))
         self.assertIs(type(errors.error_from_status(999, "x")), cohort.CohortError)
 
+    def test_the_python_guide_documents_every_public_name(self):
+        with open(os.path.join(HERE, "..", "..", "docs", "guides", "python.md")) as f:
+            guide = f.read()
+        sections = dict(re.findall(r"^### `?(\w+)`?\n(.*?)(?=^##)", guide + "\n##", re.S | re.M))
+        instance_attributes = {"Batch": ["images", "labels", "valid_mask", "valid", "epoch", "step"],
+                               "Parameter": ["index", "name", "value", "grad"], "Optimizer": ["model"],
+                               "Model": ["runtime"]}
+        undocumented = []
+        for cls in (cohort.Runtime, cohort.Config, cohort.Model, cohort.Pipeline, cohort.Batch, cohort.Optimizer,
+                    cohort.Request, cohort.Metrics, cohort.RunLog, cohort.Parameter, cohort.TensorView,
+                    cohort.ManagedTensor, cohort.Record):
+            names = [n for n in dir(cls) if not n.startswith("_")] + instance_attributes.get(cls.__name__, [])
+            text = sections.get(cls.__name__, "")
+            undocumented += [f"{cls.__name__}.{n}" for n in names if not re.search(rf"\b{n}\b", text)]
+        self.assertEqual(undocumented, [], "python.md: a '### Name' section per class names each of its members")
+        records = {"Model.train_step": _capi.TrainStats, "Model.evaluate": _capi.EvalResult}
+        for call, struct in records.items():
+            for field, _ in struct._fields_[1:]:
+                self.assertRegex(guide, rf"`{field}`", f"python.md does not describe {call}'s field {field}")
+        for text in ("data_split=\"validation\"", "ArgumentTypeError", "LibraryNotFound"):
+            self.assertIn(text, guide)
+
 
 class WithRuntime(unittest.TestCase):
     """Tests sharing one runtime of this process."""
@@ -174,6 +196,93 @@ class Errors(WithRuntime):
     def test_io(self):
         e = self.assertRaisesStatus(cohort.CohortIOError, cohort.Pipeline, None, data_dir="/nonexistent/cohort")
         self.assertIsInstance(e, OSError)
+
+    def test_wrong_argument_types_name_the_call_the_parameter_and_the_type(self):
+        model = cohort.Model(self.rt, "trivial", image_size=8, num_classes=4)
+        opt = cohort.Optimizer(model)
+        batch = cohort.Batch.from_arrays(np.zeros((2, 3, 8, 8), np.float32), np.zeros(2, np.int32))
+        strided = np.zeros((4, 4), np.float32)[:, ::2]
+        cases = [
+            (lambda: model.train_step(opt, "str"), "Model.train_step", "batch", "cohort.Batch", "str"),
+            (lambda: model.train_step(batch, opt), "Model.train_step", "optimizer", "cohort.Optimizer",
+             "cohort.Batch"),
+            (lambda: opt.step("str"), "Model.train_step", "batch", "cohort.Batch", "str"),
+            (lambda: cohort.Optimizer("mnist_cnn"), "cohort.Optimizer", "model", "cohort.Model", "str"),
+            (lambda: cohort.Model("rt", "trivial"), "cohort.Model", "runtime", "cohort.Runtime", "str"),
+            (lambda: cohort.Pipeline(model), "cohort.Pipeline", "runtime", "cohort.Runtime", "cohort.Model"),
+            (lambda: cohort.Pipeline(None, config="batch_size=3"), "cohort.Pipeline", "config", "cohort.Config",
+             "str"),
+            (lambda: model.evaluate(batch), "Model.evaluate", "pipeline", "cohort.Pipeline", "cohort.Batch"),
+            (lambda: model.param("0"), "Model.param", "index", "int", "str"),
+            (lambda: self.rt.allreduce("text", "types/text"), "Runtime.allreduce", "array", "array", "str"),
+            (lambda: self.rt.broadcast(np.zeros(2, np.float32), "types/root", root="0"), "Runtime.broadcast",
+             "root", "int", "str"),
+            (lambda: cohort.RunLog(opt), "cohort.RunLog", "runtime", "cohort.Runtime", "cohort.Optimizer"),
+            (lambda: cohort.Config("batch_size=3"), "cohort.Config", "options", "dict", "str"),
+            (lambda: model.set_grad_ready(3), "Model.set_grad_ready", "fn", "callable", "int"),
+            (lambda: cohort.Batch.from_arrays(np.zeros((2, 3, 8, 8), np.float32), "ab"), "Batch.from_arrays",
+             "labels", "array", "str"),
+        ]
+        for call, where, param, expected, got in cases:
+            with self.subTest(where=where, param=param):
+                with self.assertRaises(cohort.CohortError) as ctx:
+                    call()
+                e = ctx.exception
+                self.assertIsInstance(e, TypeError)
+                self.assertIsInstance(e, cohort.InvalidArgumentError)
+                self.assertEqual(e.status, errors.STATUSES[1][1].status_value)
+                self.assertTrue(e.message.startswith(where + ": "), e.message)
+                self.assertIn(f"{param} must be", e.message)
+                self.assertIn(expected, e.message)
+                self.assertIn(got, e.message.split(" got ", 1)[-1])
+                self.assertNotRegex(e.message, r"\b(_c|handle|_h|NoneType)\b")
+        # Right type, wrong shape of memory: a ValueError, still a CohortError, naming the parameter.
+        for call, where in ((lambda: self.rt.allreduce(strided, "types/strided"), "Runtime.allreduce"),
+                            (lambda: model.forward(np.zeros((2, 3, 8, 8), np.float32)[:, :, :, ::2]),
+                             "Model.forward")):
+            with self.assertRaises(cohort.InvalidArgumentError) as ctx:
+                call()
+            self.assertIsInstance(ctx.exception, ValueError)
+            self.assertNotIsInstance(ctx.exception, TypeError)
+            self.assertRegex(ctx.exception.message, rf"^{re.escape(where)}: \w+ must be C-contiguous")
+        # An argument the binding passes to C unchecked still fails as a CohortError.
+        with cohort.Metrics() as metrics:
+            with self.assertRaises(cohort.ArgumentTypeError) as ctx:
+                metrics.record("fast", images=8)
+        self.assertEqual(ctx.exception.message, "Metrics.record: cohort_metrics_record's argument 2 must be a "
+                                                "number, got str 'fast'")
+        opt.close()
+        model.close()
+
+    def test_another_models_optimizer_is_refused_naming_both_models(self):
+        # Two models that take the same batches: the step would train b without a word.
+        a = cohort.Model(self.rt, "trivial", image_size=8, num_classes=4)
+        b = cohort.Model(self.rt, "trivial", image_size=8, num_classes=4)
+        opt_b = cohort.Optimizer(b, lr=0.5)
+        before = b.param(0).value.numpy().copy()
+        batch = cohort.Batch.from_arrays(np.random.rand(4, 3, 8, 8).astype(np.float32), np.arange(4, dtype=np.int32))
+        with self.assertRaises(cohort.InvalidArgumentError) as ctx:
+            a.train_step(opt_b, batch)
+        message = ctx.exception.message
+        self.assertTrue(message.startswith("Model.train_step: "), message)
+        self.assertNotEqual(repr(a), repr(b))
+        self.assertIn(repr(a), message)
+        self.assertIn(repr(b), message)
+        self.assertIn(repr(opt_b), message)
+        self.assertEqual(opt_b.steps, 0)  # nothing trained
+        np.testing.assert_array_equal(b.param(0).value.numpy(), before)
+        for h in (opt_b, b, a):
+            h.close()
+
+    def test_an_unknown_option_points_at_the_python_lists_of_options(self):
+        with self.assertRaises(cohort.InvalidArgumentError) as ctx:
+            cohort.Config(zzzzzzzzzzzz=1)
+        self.assertIn("unknown option 'zzzzzzzzzzzz'", ctx.exception.message)
+        self.assertNotIn("--help", ctx.exception.message)
+        self.assertIn("cohort.option_names()", ctx.exception.message)
+        with self.assertRaises(cohort.InvalidArgumentError) as ctx:
+            cohort.describe_option("zzzzzzzzzzzz")
+        self.assertNotIn("--help", ctx.exception.message)
 
     def test_corrupt_data(self):
         with tempfile.TemporaryDirectory() as d:
@@ -279,6 +388,33 @@ class Lifetime(unittest.TestCase):
             self.assertTrue(h.closed, h)
         rt.close()  # twice is fine
 
+    def test_a_closed_object_says_which_close_closed_it(self):
+        rt = cohort.Runtime(log_level="error")
+        model = cohort.Model(rt, "trivial", image_size=8)
+        opt = cohort.Optimizer(model)
+        batch = cohort.Batch.from_arrays(np.zeros((2, 3, 8, 8), np.float32), np.zeros(2, np.int32))
+        model.close()
+        self.assertTrue(opt.closed)  # a model's close() closes its optimizer
+        for call in (lambda: opt.step(batch), lambda: opt.state()):
+            with self.assertRaises(cohort.InvalidStateError) as ctx:
+                call()
+            self.assertIn(f"{opt!r} is closed: Model.close() of {model!r} closed it", ctx.exception.message)
+        with self.assertRaises(cohort.InvalidStateError) as ctx:
+            model.train_step(opt, batch)
+        self.assertIn(f"{model!r} is closed: Model.close() was called on it", ctx.exception.message)
+        with self.assertRaises(cohort.InvalidStateError) as ctx:
+            opt.set_run_length(10)
+        self.assertTrue(ctx.exception.message.startswith("Optimizer.set_run_length: "), ctx.exception.message)
+        p = cohort.Pipeline(rt, batch_size=4, image_size=8)
+        rt.close()
+        with self.assertRaises(cohort.InvalidStateError) as ctx:
+            p.next()
+        self.assertIn(f"Runtime.close() of {rt!r}", ctx.exception.message)
+        self.assertTrue(ctx.exception.message.startswith("Pipeline.next: "), ctx.exception.message)
+        with self.assertRaises(cohort.InvalidStateError) as ctx:
+            rt.barrier()
+        self.assertIn("Runtime.close() was called on it", ctx.exception.message)
+
     def test_objects_left_open_are_closed_at_exit(self):
         code = ("import cohort\nrt = cohort.Runtime(log_level='error')\nm = cohort.Model(rt, 'trivial', "
                 "image_size=8)\no = cohort.Optimizer(m)\np = cohort.Pipeline(rt, batch_size=2, image_size=8)\n"
@@ -304,6 +440,22 @@ class Lifetime(unittest.TestCase):
                                  cwd=d).stdout
         self.assertIn("the system linker path: libcohort.so.0", out)
         self.assertIn("Set COHORT_LIBRARY=", out)
+
+    def test_a_library_that_is_not_libcohort_is_not_found(self):
+        with open("/proc/self/maps") as f:  # the C library this interpreter runs on
+            libc = next(line.split()[-1] for line in f if re.search(r"/libc[.-][^/]*so", line))
+        code = ("import cohort\ntry:\n    cohort.version()\nexcept cohort.LibraryNotFound as e:\n"
+                "    print('LibraryNotFound:', e)\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+        env = dict(os.environ, COHORT_LIBRARY=libc)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout
+        self.assertTrue(out.startswith("LibraryNotFound:"), out)
+        self.assertIn(f"COHORT_LIBRARY: {libc} (not libcohort: it has no cohort_version)", out)
+        self.assertNotIn("older than the binding", out)
+        # A libcohort older than the binding: what it lacks fails as unsupported, not with COHORT_OK.
+        with self.assertRaises(cohort.UnsupportedError) as ctx:
+            _capi._Missing("cohort_future_call", "/lib/libcohort.so.0")()
+        self.assertIn("cohort_future_call is not in /lib/libcohort.so.0", ctx.exception.message)
+        self.assertEqual(ctx.exception.status_name, "COHORT_ERR_UNSUPPORTED")
 
     def test_config_round_trip(self):
         cfg = cohort.Config(batch_size=32, lr=0.5, shuffle=False, augment="none")

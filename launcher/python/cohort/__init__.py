@@ -23,9 +23,9 @@ from .binding import (Batch, Config, Metrics, Model, Optimizer, Parameter, Pipel
                       version, version_string)
 from ._capi import LibraryNotFound
 from ._dlpack import ManagedTensor, TensorView
-from .errors import (CancelledError, CohortError, CohortIOError, CorruptDataError, CUBLASError, CUDAError,
-                     CUDNNError, DNNLError, EndOfDataError, InternalError, InvalidArgumentError, InvalidStateError,
-                     JPEGError, MismatchError, MPIError, NCCLError, OutOfMemoryError, PeerLostError,
+from .errors import (ArgumentTypeError, CancelledError, CohortError, CohortIOError, CorruptDataError, CUBLASError,
+                     CUDAError, CUDNNError, DNNLError, EndOfDataError, InternalError, InvalidArgumentError,
+                     InvalidStateError, JPEGError, MismatchError, MPIError, NCCLError, OutOfMemoryError, PeerLostError,
                      PeerShutdownError, StalledError, UnsupportedError)
 from .launch import (CohortRunError, find_cohortrun, find_program, format_table, is_summary_line, options_to_args,
                      run, sweep)
@@ -44,8 +44,8 @@ __all__ = [
     "data_verify", "describe_option", "finalize", "gpu_info", "last_error", "option_names", "options_help",
     "options_markdown", "run_summary_json", "status_string", "version", "version_string",
     # errors
-    "CohortError", "InvalidArgumentError", "InvalidStateError", "UnsupportedError", "MismatchError",
-    "StalledError", "CancelledError", "EndOfDataError", "OutOfMemoryError", "CohortIOError", "CorruptDataError",
-    "InternalError", "MPIError", "PeerLostError", "PeerShutdownError", "CUDAError", "NCCLError", "CUDNNError",
-    "CUBLASError", "JPEGError", "DNNLError",
+    "CohortError", "InvalidArgumentError", "ArgumentTypeError", "InvalidStateError", "UnsupportedError",
+    "MismatchError", "StalledError", "CancelledError", "EndOfDataError", "OutOfMemoryError", "CohortIOError",
+    "CorruptDataError", "InternalError", "MPIError", "PeerLostError", "PeerShutdownError", "CUDAError", "NCCLError",
+    "CUDNNError", "CUBLASError", "JPEGError", "DNNLError",
 ]

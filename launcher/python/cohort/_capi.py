@@ -5,12 +5,14 @@ The table (``FUNCTIONS``) and the list of functions deliberately left out
 (``NOT_BOUND``) together name every function of ``cohort/*.h``; the test suite reads
 the installed headers and fails when a function is in neither, or when a struct here
 no longer matches its header. A function that the loaded library lacks (an older
-libcohort) is bound to a stub that raises ``CohortError`` naming it, so the rest keeps
-working.
+libcohort) is bound to a stub that raises ``UnsupportedError`` naming it, so the rest
+keeps working. An argument ctypes cannot convert raises ``ArgumentTypeError`` (the
+binding checks the arguments of its own calls first, naming their parameters).
 """
 import ctypes
 import ctypes.util
 import os
+import re
 import sys
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t,
                     c_uint, c_uint8, c_uint16, c_uint64, c_void_p)
@@ -353,9 +355,14 @@ def _load():
             tried.append(f"  {origin}: {path} (no such file)")
             continue
         try:
-            return ctypes.CDLL(path, mode=mode), path
+            cdll = ctypes.CDLL(path, mode=mode)
         except OSError as e:
             tried.append(f"  {origin}: {path} ({e})")
+            continue
+        if not hasattr(cdll, "cohort_version"):
+            tried.append(f"  {origin}: {path} (not libcohort: it has no cohort_version)")
+            continue
+        return cdll, path
     raise LibraryNotFound("cohort: libcohort could not be loaded. Looked in:\n" + "\n".join(tried) +
                           "\nSet COHORT_LIBRARY=/path/to/libcohort.so.0, use the package from a build tree "
                           "(PYTHONPATH=<build>/launcher/python) or an install prefix, or add the library's "
@@ -367,8 +374,60 @@ class _Missing:
         self.name, self.path = name, path
 
     def __call__(self, *args):
-        from .errors import CohortError
-        raise CohortError(0, f"{self.name} is not in {self.path}: this libcohort is older than the binding")
+        from .errors import UnsupportedError
+        raise UnsupportedError(3, f"{self.name} is not in {self.path}: this libcohort is older than the binding; "
+                                  "use the package of the same build or install", self.name)
+
+
+# What each C argument type takes, for the message of an argument ctypes refused.
+_C_TYPE_WORDS = {c_int: "an int", c_int32: "an int", c_int64: "an int", c_uint: "an int >= 0",
+                 c_size_t: "an int >= 0", c_uint64: "an int >= 0", c_double: "a number", c_float: "a number",
+                 c_char_p: "a str"}
+
+
+def caller(depth=1):
+    """The binding's call ``depth`` frames above the function asking: "Model.train_step",
+    "cohort.Model" for a constructor; None when that frame is not this package's."""
+    frame = sys._getframe(depth + 1)
+    if frame.f_globals.get("__package__") != __package__:
+        return None
+    code = frame.f_code
+    name = getattr(code, "co_qualname", None)
+    if name is None:  # Python < 3.11
+        owner = frame.f_locals.get("self", frame.f_locals.get("cls"))
+        owner = owner if isinstance(owner, type) else type(owner) if owner is not None else None
+        name = f"{owner.__name__}.{code.co_name}" if owner is not None else code.co_name
+    name = name.split(".<locals>")[0]
+    return "cohort." + name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+class _Checked:
+    """A bound C function: an argument that ctypes cannot convert raises
+    ArgumentTypeError naming the function, the argument and what it takes."""
+
+    __slots__ = ("fn", "name")
+
+    def __init__(self, name, fn):
+        self.fn, self.name = fn, name
+
+    def __call__(self, *args):
+        try:
+            return self.fn(*args)
+        except ctypes.ArgumentError as e:
+            raise self._type_error(args, e, caller(1)) from None
+
+    def _type_error(self, args, error, where):
+        from .errors import ArgumentTypeError
+        m = re.match(r"argument (\d+)", str(error))
+        index = int(m.group(1)) - 1 if m else -1
+        if 0 <= index < len(args):
+            ctype = self.fn.argtypes[index]
+            value = args[index]
+            what = (f"{self.name}'s argument {index + 1} must be {_C_TYPE_WORDS.get(ctype, ctype.__name__)}, "
+                    f"got {type(value).__name__} {repr(value)[:60]}")
+        else:
+            what = f"{self.name}: {error}"
+        return ArgumentTypeError(f"{where}: {what}" if where else what, where or self.name)
 
 
 class Library:
@@ -388,13 +447,20 @@ class Library:
             fn.argtypes = argtypes
             if restype is STATUS:
                 fn.errcheck = _check_status
-            setattr(self, name, fn)
+            setattr(self, name, _Checked(name, fn))
+
+
+# The library's hint for an unknown option speaks to a command line; in Python the
+# lists are functions.
+_HELP_HINT = "(see --help for the list of options)"
+_PYTHON_HINT = "(cohort.option_names() lists the options, cohort.options_help() describes them)"
 
 
 def _check_status(result, func, args):
     if result != 0:
         from .errors import error_from_status
-        raise error_from_status(result, _LIB.cohort_last_error().decode("utf-8", "replace"), func.__name__)
+        message = _LIB.cohort_last_error().decode("utf-8", "replace").replace(_HELP_HINT, _PYTHON_HINT)
+        raise error_from_status(result, message, func.__name__)
     return result
 
 

@@ -14,11 +14,13 @@ as a ``DLTensor`` for cohort to read or write in place.
 """
 import ctypes
 import itertools
+import numbers
 import threading
 import weakref
 
 from ._capi import (DLDataType, DLDevice, DLManagedTensor, DLManagedTensorDeleter, DLTensor, POINTER, c_int64,
-                    kDLBfloat, kDLCPU, kDLCUDA, kDLCUDAHost, kDLFloat, kDLInt, kDLUInt)
+                    caller, kDLBfloat, kDLCPU, kDLCUDA, kDLCUDAHost, kDLFloat, kDLInt, kDLUInt)
+from .errors import ArgumentTypeError, InvalidArgumentError
 
 _CAPSULE_NAME = b"dltensor"
 _USED_NAME = b"used_dltensor"
@@ -168,6 +170,14 @@ class TensorView:
         return f"<cohort.TensorView {self.dtype}{list(self.shape)} on {self.device}>"
 
 
+def describe(value):
+    """A value as a message shows what it got: "str 'abc'", or a cohort object's repr."""
+    if type(value).__module__.startswith("cohort."):
+        return repr(value)
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 60 else text[:57] + '...'}"
+
+
 class ManagedTensor:
     """A tensor cohort created and handed over (a collective's result). The first
     ``__dlpack__`` (``numpy.from_dlpack``) transfers it; unconsumed, it is freed with
@@ -219,24 +229,50 @@ _api.Py_IncRef(_OWNED_DESTRUCTOR)
 _CODES = {"f": kDLFloat, "i": kDLInt, "u": kDLUInt}
 
 
-class Borrowed:
-    """A DLTensor describing a NumPy array's memory (keeps the array alive)."""
+def _is_array_like(value):
+    return (hasattr(value, "__array_interface__") or hasattr(value, "__array__") or hasattr(value, "__dlpack__")
+            or isinstance(value, (list, tuple, numbers.Number))) and not isinstance(value, (str, bytes, bool))
 
-    def __init__(self, array, writable=False):
+
+def expect_array(value, param, where=None):
+    """``value`` as a NumPy array, or an ArgumentTypeError naming the calling function
+    and the parameter when it is not an array (text, a dict, a cohort object)."""
+    np = _numpy()
+    if isinstance(value, np.ndarray):
+        return value
+    where = where or caller(1)
+    if not _is_array_like(value):
+        raise ArgumentTypeError(f"{where}: {param} must be an array (NumPy, or anything with __array_interface__ "
+                                f"or __dlpack__), got {describe(value)}", where)
+    if not hasattr(value, "__array_interface__") and hasattr(value, "__dlpack__"):
+        return np.from_dlpack(value)
+    return np.asarray(value)
+
+
+class Borrowed:
+    """A DLTensor describing a NumPy array's memory (keeps the array alive). ``param``
+    and ``where`` name the argument and the call in the error of an array cohort cannot
+    take."""
+
+    def __init__(self, array, writable=False, param="array", where=None):
         np = _numpy()
-        if not isinstance(array, np.ndarray):
-            array = np.asarray(array)
+        where = where or caller(1)
+        array = expect_array(array, param, where)
+
+        def refuse(what):
+            return InvalidArgumentError(1, f"{where}: {param} {what}", where)
+
         if not array.flags.c_contiguous:
-            raise ValueError(f"cohort needs a C-contiguous array, got strides {array.strides}: pass "
-                             "numpy.ascontiguousarray(a)")
+            raise refuse(f"must be C-contiguous, got strides {array.strides}: pass numpy.ascontiguousarray({param})")
         if writable and not array.flags.writeable:
-            raise ValueError("cohort writes into this array, but it is read-only")
+            raise refuse(f"is read-only, but cohort writes into it: pass a writable array ({param}.copy())")
         if array.dtype.byteorder == ">":
-            raise ValueError("cohort needs native (little-endian) byte order")
+            raise refuse(f"must be in native (little-endian) byte order: pass {param}.astype({param}.dtype."
+                         "newbyteorder('='))")
         kind = array.dtype.kind
         if kind not in _CODES and array.dtype.name != "bfloat16":
-            raise ValueError(f"cohort cannot take dtype {array.dtype} (use float32, float16, float64, int32, "
-                             "int64 or uint8)")
+            raise refuse(f"has dtype {array.dtype}, which cohort cannot take (use float32, float16, float64, "
+                         "int32, int64 or uint8)")
         self.array = array
         self.shape = (c_int64 * max(array.ndim, 1))(*array.shape)
         self.tensor = DLTensor()
@@ -254,12 +290,11 @@ class Borrowed:
         return ctypes.byref(self.tensor)
 
 
-def borrow(array, writable=False):
-    """A ``Borrowed`` view of ``array``; ``TensorView``s (cohort memory) pass through."""
+def borrow(array, writable=False, param="array", where=None):
+    """A ``Borrowed`` view of ``array``; ``TensorView``s (cohort memory) pass through.
+    ``param`` names the argument in errors, ``where`` the call (default: the caller)."""
     if isinstance(array, TensorView):
         view = Borrowed.__new__(Borrowed)
         view.array, view.tensor, view.shape = array, array._tensor, array._shape
         return view
-    if not hasattr(array, "__array_interface__") and hasattr(array, "__dlpack__"):
-        array = _numpy().from_dlpack(array)
-    return Borrowed(array, writable)
+    return Borrowed(array, writable, param, where or caller(1))

@@ -11,24 +11,70 @@
         w = np.from_dlpack(model.param(0).value)  # the parameter itself, no copy
 
 Every class wraps one C handle. ``close()`` (or leaving a ``with`` block) destroys it
-at once; objects not closed are destroyed when collected, and whatever is still open
-at interpreter exit is closed there, children before their runtime. A runtime's
-``close()`` closes the models, pipelines, optimizers and requests made from it first.
-A handle whose memory is still viewed by an array made through DLPack (a parameter)
-is destroyed when the last such array goes. Failures raise a ``CohortError`` subclass
-carrying the ``cohort_status_t`` and ``cohort_last_error()``.
+at once, after closing what was made from it: a runtime's models, pipelines,
+optimizers, run logs and requests; a model's optimizer. Objects not closed are
+destroyed when collected, and whatever is still open at interpreter exit is closed
+there, children before their runtime. A handle whose memory is still viewed by an
+array made through DLPack (a parameter) is destroyed when the last such array goes. A
+call on a closed object says which ``close()`` closed it.
+
+Failures raise a ``CohortError`` subclass: the library's, carrying the
+``cohort_status_t`` and ``cohort_last_error()``, or the binding's own checks of the
+arguments (``ArgumentTypeError``, ``InvalidArgumentError``), naming the call and the
+parameter.
 """
 import atexit
 import ctypes
+import operator
 import os
 import threading
 import weakref
+from collections.abc import Mapping
 from ctypes import byref, c_char_p, c_double, c_float, c_int, c_int64, c_size_t, c_void_p
 
 from . import _capi
-from ._capi import lib, text
-from ._dlpack import ManagedTensor, TensorView, borrow
-from .errors import InvalidArgumentError
+from ._capi import caller, lib, text
+from ._dlpack import ManagedTensor, TensorView, borrow, describe, expect_array
+from .errors import ArgumentTypeError, InvalidArgumentError, InvalidStateError
+
+# ---- arguments: what the binding checks before it calls C ----
+
+
+def _type_error(param, expected, value, where):
+    return ArgumentTypeError(f"{where}: {param} must be {expected}, got {describe(value)}", where)
+
+
+def _expect(value, cls, param, expected=None, optional=False, where=None):
+    """``value`` when it is a ``cls`` (or None, when optional); otherwise an
+    ArgumentTypeError naming the calling function, the parameter and the type."""
+    if isinstance(value, cls) or (optional and value is None):
+        return value
+    expected = expected or f"a cohort.{cls.__name__}"
+    raise _type_error(param, expected + (" or None" if optional else ""), value, where or caller(1))
+
+
+def _int(value, param, where=None):
+    """An integer argument (a Python or NumPy integer; not a float, not text)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise _type_error(param, "an int", value, where or caller(1)) from None
+
+
+def _number(value, param, where=None):
+    if isinstance(value, (str, bytes)):
+        raise _type_error(param, "a number", value, where or caller(1))
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise _type_error(param, "a number", value, where or caller(1)) from None
+
+
+def _path(value, param, where=None):
+    try:
+        return os.fspath(value)
+    except TypeError:
+        raise _type_error(param, "a path (str or os.PathLike)", value, where or caller(1)) from None
 
 # ---- records: C structs as Python objects ----
 
@@ -73,6 +119,7 @@ def _filled(struct_type, fn, *args):
 
 _open_handles = []  # weak references, in creation order
 _open_lock = threading.Lock()
+_serials = {}  # class name → objects made so far, to tell objects apart in messages
 
 
 class _Handle:
@@ -86,8 +133,18 @@ class _Handle:
         self._children = []  # weak references (a runtime's models, pipelines, ...)
         self._views = 0  # TensorViews of this handle's memory still alive
         self._close_pending = False
+        self._closed_by = None  # (class name, repr) of the object whose close() closed this one
         with _open_lock:
+            kind = type(self).__name__
+            self._serial = _serials[kind] = _serials.get(kind, 0) + 1
             _open_handles.append(weakref.ref(self))
+
+    def _label(self):
+        """What tells this object apart in a message, after its class and number."""
+        return ""
+
+    def __repr__(self):
+        return f"<cohort.{type(self).__name__}{self._label()} #{self._serial}>"
 
     def _adopt(self, handle, *parents):
         self._h = handle
@@ -99,22 +156,33 @@ class _Handle:
     def handle(self):
         """The C handle (an int), for calling the C API directly."""
         if self._h is None:
-            raise _closed_error(type(self).__name__)
+            raise self._closed_error(caller(1))
         return self._h
 
     @property
     def closed(self):
         return self._h is None
 
+    def _require_open(self):
+        """Raises InvalidStateError, naming the calling function, when this object is closed."""
+        if self._h is None:
+            raise self._closed_error(caller(1))
+
     def close(self):
-        """Destroys the C object (NULL-safe; a second close does nothing)."""
+        """Closes what was made from this object, then destroys its C object (a second
+        close does nothing)."""
+        self._close(self)
+
+    def _close(self, by):
         for ref in reversed(self._children):
             child = ref()
             if child is not None:
-                child.close()
+                child._close(by)
         self._children.clear()
         if self._h is None:
             return
+        if self._closed_by is None:
+            self._closed_by = (type(by).__name__, repr(by))
         if self._views > 0:
             self._close_pending = True  # destroyed when the last view of its memory goes
             return
@@ -148,10 +216,14 @@ class _Handle:
         except Exception:
             pass
 
-
-def _closed_error(what):
-    from .errors import InvalidStateError
-    return InvalidStateError(2, f"this {what} is closed")
+    def _closed_error(self, where):
+        kind, by = self._closed_by or (type(self).__name__, repr(self))
+        if by == repr(self):
+            how = f"{kind}.close() was called on it"
+        else:
+            how = f"{kind}.close() of {by} closed it (closing a {kind} closes what was made from it first)"
+        message = f"{self!r} is closed: {how}"
+        return InvalidStateError(2, f"{where}: {message}" if where else message, where)
 
 
 _exiting = False
@@ -218,6 +290,7 @@ class Config(_Handle):
 
     def __init__(self, options=None, **more):
         super().__init__()
+        _expect(options, Mapping, "options", "a dict of option values", optional=True)
         h = c_void_p()
         lib().cohort_config_create(byref(h))
         self._adopt(h.value)
@@ -231,6 +304,7 @@ class Config(_Handle):
         return self
 
     def update(self, options=None, **more):
+        _expect(options, Mapping, "options", "a dict of option values", optional=True)
         for key, value in dict(options or {}, **more).items():
             self.set(key, value)
         return self
@@ -293,6 +367,8 @@ class Config(_Handle):
     def parse_args(self, argv, strict=False):
         """Consumes the registry's ``--key=value`` flags of ``argv`` (argv[0] first) and
         returns what it did not consume, argv[0] included."""
+        if isinstance(argv, (str, bytes)) or not hasattr(argv, "__iter__"):
+            raise _type_error("argv", "a list of str (argv[0] first)", argv, "Config.parse_args")
         argv = [str(a) for a in argv] or ["python"]
         encoded = [a.encode("utf-8") for a in argv]
         array = (c_char_p * len(encoded))(*encoded)
@@ -308,6 +384,7 @@ class Config(_Handle):
 def _config_for(config, options, base=None):
     """A Config for a constructor: ``config`` (a Config or a dict) or ``base`` cloned,
     with ``options`` applied; None when there is nothing to pass (C: NULL)."""
+    _expect(config, (Config, Mapping), "config", "a cohort.Config or a dict", optional=True, where=caller(1))
     if isinstance(config, Config):
         return config.clone().update(options) if options else config
     if isinstance(config, dict):
@@ -327,13 +404,14 @@ def _handle_or_null(obj):
 _OPS = {"sum": 0, "average": 1, "avg": 1, "mean": 1, "min": 2, "max": 3, "product": 4, "prod": 4}
 
 
-def _op(op):
+def _op(op, where):
     if isinstance(op, int):
         return op
     try:
         return _OPS[str(op).lower()]
     except KeyError:
-        raise InvalidArgumentError(1, f"unknown reduction '{op}' (use sum, average, min, max or product)") from None
+        raise InvalidArgumentError(1, f"{where}: op: unknown reduction '{op}' (use sum, average, min, max or "
+                                      "product)", where) from None
 
 
 class Runtime(_Handle):
@@ -396,8 +474,8 @@ class Runtime(_Handle):
         """Reduces ``array`` over the ranks into ``out`` (in place when None) and
         returns it. ``op``: sum, average, min, max, product."""
         inp = borrow(array, writable=out is None)
-        outp = borrow(out, writable=True) if out is not None else None
-        opts = _allreduce_options(op, prescale, postscale)
+        outp = borrow(out, writable=True, param="out") if out is not None else None
+        opts = _allreduce_options(op, prescale, postscale, "Runtime.allreduce")
         result = (outp or inp).array
         if wait:
             lib().cohort_allreduce(self.handle, self._name(name, "allreduce"), inp.ref,
@@ -410,12 +488,12 @@ class Runtime(_Handle):
 
     def grouped_allreduce(self, arrays, names=None, op="sum", prescale=1.0, postscale=1.0, wait=True):
         """Reduces every array in place as one unit; returns them."""
-        views = [borrow(a, writable=True) for a in arrays]
+        views = [borrow(a, writable=True, param=f"arrays[{i}]") for i, a in enumerate(arrays)]
         base = self._name(None, "grouped").decode()
         names = [_capi.arg(n) for n in names] if names else [f"{base}/{i}".encode() for i in range(len(views))]
         c_names = (c_char_p * len(views))(*names)
         c_inputs = (ctypes.POINTER(_capi.DLTensor) * len(views))(*[ctypes.pointer(v.tensor) for v in views])
-        opts = _allreduce_options(op, prescale, postscale)
+        opts = _allreduce_options(op, prescale, postscale, "Runtime.grouped_allreduce")
         result = [v.array for v in views]
         if wait:
             lib().cohort_grouped_allreduce(self.handle, len(views), c_names, c_inputs, None, byref(opts))
@@ -426,8 +504,9 @@ class Runtime(_Handle):
 
     def broadcast(self, array, name=None, root=0, out=None, wait=True):
         """``root``'s values into ``out`` (in place when None) on every rank; returns it."""
+        root = _int(root, "root")
         inp = borrow(array, writable=out is None)
-        outp = borrow(out, writable=True) if out is not None else None
+        outp = borrow(out, writable=True, param="out") if out is not None else None
         result = (outp or inp).array
         if wait:
             lib().cohort_broadcast(self.handle, self._name(name, "broadcast"), inp.ref, outp.ref if outp else None,
@@ -449,7 +528,7 @@ class Runtime(_Handle):
     def alltoall(self, array, name=None, splits=None, wait=True):
         """Rows [sum(splits[:r]), +splits[r]) go to rank r; returns (array, recv_splits)."""
         inp = borrow(array)
-        c_splits = (c_int64 * len(splits))(*splits) if splits is not None else None
+        c_splits = (c_int64 * len(splits))(*[_int(n, "splits") for n in splits]) if splits is not None else None
         h = c_void_p()
         lib().cohort_alltoallv_async(self.handle, self._name(name, "alltoall"), inp.ref, c_splits,
                                      len(splits) if splits is not None else 0, byref(h))
@@ -461,7 +540,8 @@ class Runtime(_Handle):
         """The reduction of every rank's array, of which this rank keeps its block of rows."""
         inp = borrow(array)
         h = c_void_p()
-        lib().cohort_reducescatter_async(self.handle, self._name(name, "reducescatter"), inp.ref, _op(op), byref(h))
+        lib().cohort_reducescatter_async(self.handle, self._name(name, "reducescatter"), inp.ref,
+                                         _op(op, "Runtime.reducescatter"), byref(h))
         req = Request(h.value, self, keep=(inp,), result=lambda r: r.output())
         return req.wait_and_close() if wait else req
 
@@ -480,11 +560,12 @@ class Runtime(_Handle):
         return req.wait_and_close() if wait else req
 
 
-def _allreduce_options(op, prescale, postscale):
+def _allreduce_options(op, prescale, postscale, where):
     opts = _capi.AllreduceOptions()
     opts.struct_size = ctypes.sizeof(opts)
     lib().cohort_allreduce_options_default(byref(opts))
-    opts.op, opts.prescale, opts.postscale = _op(op), float(prescale), float(postscale)
+    opts.op = _op(op, where)
+    opts.prescale, opts.postscale = _number(prescale, "prescale", where), _number(postscale, "postscale", where)
     return opts
 
 
@@ -555,12 +636,15 @@ class Parameter:
 
 class Model(_Handle):
     """A network (cohort_model_t): from the zoo by name, or built layer by layer with
-    ``Model.custom(...)`` and ``add_layer``. Keeps its runtime alive."""
+    ``Model.custom(...)`` and ``add_layer``. Keeps its runtime alive; its ``close()``
+    closes its optimizer too."""
 
     _destroy_name = "cohort_model_destroy"
 
     def __init__(self, runtime, name, config=None, **options):
         super().__init__()
+        self.name = _expect(name, str, "name", "a str (the name of a model of the zoo)")
+        _expect(runtime, Runtime, "runtime")
         cfg = _config_for(config, options, runtime.config() if options else None)
         h = c_void_p()
         lib().cohort_model_create(runtime.handle, _capi.arg(name), _handle_or_null(cfg), byref(h))
@@ -573,20 +657,28 @@ class Model(_Handle):
         """An empty network over samples of ``input_shape`` ((C, H, W) or (F,))."""
         self = cls.__new__(cls)
         _Handle.__init__(self)
+        self.name = "custom"
+        _expect(runtime, Runtime, "runtime")
+        if isinstance(input_shape, (str, bytes)) or not hasattr(input_shape, "__len__"):
+            raise _type_error("input_shape", "a tuple of ints ((C, H, W) or (F,))", input_shape, "Model.custom")
+        dims = [_int(d, "input_shape") for d in input_shape]
         cfg = _config_for(config, options, runtime.config() if options else None)
-        shape = (c_int64 * len(input_shape))(*input_shape)
+        shape = (c_int64 * len(dims))(*dims)
         h = c_void_p()
-        lib().cohort_model_create_custom(runtime.handle, _handle_or_null(cfg), shape, len(input_shape), byref(h))
+        lib().cohort_model_create_custom(runtime.handle, _handle_or_null(cfg), shape, len(dims), byref(h))
         self._adopt(h.value, runtime)
         self.runtime = runtime
         self._grad_ready = None
         return self
 
+    def _label(self):
+        return f" '{self.name}'" if getattr(self, "name", None) else ""
+
     def add_layer(self, kind, name, inputs=None, params="", **more):
         """Appends a layer; returns its index. ``params`` as text ("out=64 kernel=3")
         and/or keywords (out=64, kernel=3); ``inputs`` indices of earlier layers."""
         text_params = " ".join([params] + [f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in more.items()])
-        ins = (c_int * len(inputs))(*inputs) if inputs else None
+        ins = (c_int * len(inputs))(*[_int(i, "inputs") for i in inputs]) if inputs else None
         index = c_int()
         lib().cohort_model_add_layer(self.handle, _capi.arg(kind), _capi.arg(name), ins, len(inputs or ()),
                                      _capi.arg(text_params.strip()), byref(index))
@@ -619,6 +711,8 @@ class Model(_Handle):
         return n.value
 
     def param(self, index):
+        """Parameter ``index`` (0 .. num_tensors - 1): its name, value and gradient."""
+        index = _int(index, "index")
         name = c_char_p()
         value, grad = _capi.DLTensor(), _capi.DLTensor()
         lib().cohort_model_param(self.handle, index, byref(name), byref(value), byref(grad))
@@ -637,6 +731,8 @@ class Model(_Handle):
     def set_grad_ready(self, fn):
         """``fn(index)`` runs as soon as backward has finished parameter ``index``'s
         gradient (on the calling thread); None clears it. An optimizer replaces it."""
+        if fn is not None and not callable(fn):
+            raise _type_error("fn", "a callable taking the parameter's index, or None", fn, "Model.set_grad_ready")
         if fn is None:
             self._grad_ready = None
             lib().cohort_model_set_grad_ready(self.handle, _capi.GradReadyFn(), None)
@@ -647,35 +743,49 @@ class Model(_Handle):
     def forward(self, images):
         """Logits [N, classes] for a batch of images (float32, the model's layout)."""
         import numpy as np
-        x = borrow(images)
-        out = np.empty((x.array.shape[0], self.io_shape[3]), dtype=np.float32)
+        x = borrow(images, param="images")
+        out = np.empty((x.array.shape[0] if x.array.ndim else 1, self.io_shape[3]), dtype=np.float32)
         y = borrow(out, writable=True)
         lib().cohort_model_forward(self.handle, x.ref, y.ref)
         return out
 
     def loss(self, images, labels):
-        x, y, loss = borrow(images), borrow(labels), c_float()
+        """The mean loss of ``images`` against ``labels`` (no gradients)."""
+        x, y, loss = borrow(images, param="images"), borrow(labels, param="labels"), c_float()
         lib().cohort_model_loss(self.handle, x.ref, y.ref, byref(loss))
         return loss.value
 
     def forward_backward(self, images, labels):
         """Training forward and backward: writes every gradient, returns the mean loss."""
-        x, y, loss = borrow(images), borrow(labels), c_float()
+        x, y, loss = borrow(images, param="images"), borrow(labels, param="labels"), c_float()
         lib().cohort_model_forward_backward(self.handle, x.ref, y.ref, byref(loss))
         return loss.value
 
     def train_step(self, optimizer, batch):
-        """One step: forward, backward, the gradient exchange and the update. ``batch``
-        is a Batch from a pipeline or ``Batch.from_arrays(images, labels)``. Collective."""
+        """One step: forward, backward, the gradient exchange and the update, with this
+        model's optimizer. ``batch`` is a Batch from a pipeline or
+        ``Batch.from_arrays(images, labels)``. Returns a Record of loss, lr, images, valid,
+        step, updated, compute_s, comm_wait_s, update_s and total_s. Collective."""
+        _expect(optimizer, Optimizer, "optimizer")
+        _expect(batch, Batch, "batch", "a cohort.Batch (from Pipeline.next() or Batch.from_arrays())")
+        self._require_open()
+        if optimizer.model is not self:
+            raise InvalidArgumentError(
+                1, f"Model.train_step: {optimizer!r} is the optimizer of {optimizer.model!r}, not of {self!r}; "
+                   f"the step would train {optimizer.model!r}: pass the optimizer made for this model, or call "
+                   "optimizer.step(batch)", "Model.train_step")
         stats = _capi.TrainStats()
         stats.struct_size = ctypes.sizeof(stats)
         lib().cohort_optimizer_train_step(optimizer.handle, byref(batch._c), byref(stats))
         return Record(stats)
 
     def evaluate(self, pipeline, max_steps=0):
-        """top1, top5, loss and samples over ``max_steps`` batches (0: one epoch),
-        summed over every rank. Collective."""
-        return Record(_filled(_capi.EvalResult, lib().cohort_model_evaluate, self.handle, pipeline.handle,
+        """samples, top1, top5 and loss over ``max_steps`` batches of ``pipeline`` (0: one
+        epoch), over every rank; None on a rank without data (a dedicated parameter
+        server), which only takes part in the sum. Collective."""
+        _expect(pipeline, Pipeline, "pipeline", optional=True)
+        max_steps = _int(max_steps, "max_steps")
+        return Record(_filled(_capi.EvalResult, lib().cohort_model_evaluate, self.handle, _handle_or_null(pipeline),
                               max_steps))
 
 
@@ -699,7 +809,12 @@ class Batch:
     def from_arrays(cls, images, labels, valid=None, epoch=0, step=0):
         """A batch over caller arrays: float32 images in the model's layout, int32 labels."""
         import numpy as np
-        x, y = borrow(images), borrow(np.ascontiguousarray(labels, dtype=np.int32))
+        x = borrow(images, param="images")
+        labels = expect_array(labels, "labels")
+        if labels.dtype.kind not in "iu":
+            raise InvalidArgumentError(1, f"Batch.from_arrays: labels must be integers, got dtype {labels.dtype}",
+                                       "Batch.from_arrays")
+        y = borrow(np.ascontiguousarray(labels, dtype=np.int32), param="labels")
         n = x.array.shape[0]
         mask = np.zeros(n, dtype=np.uint8)
         valid = n if valid is None else int(valid)
@@ -712,7 +827,7 @@ class Batch:
         return cls(s, None, keep=(x, y, m))
 
     def __repr__(self):
-        return f"<Batch epoch {self.epoch} step {self.step}: {self.valid} valid of {self.images.shape}>"
+        return f"<cohort.Batch epoch {self.epoch} step {self.step}: {self.valid} valid of {self.images.shape}>"
 
 
 class Pipeline(_Handle):
@@ -724,6 +839,7 @@ class Pipeline(_Handle):
 
     def __init__(self, runtime=None, config=None, **options):
         super().__init__()
+        _expect(runtime, Runtime, "runtime", optional=True)
         base = runtime.config() if (runtime is not None and options) else None
         cfg = _config_for(config, options, base)
         h = c_void_p()
@@ -737,9 +853,10 @@ class Pipeline(_Handle):
         labels [N]. The images are borrowed (kept referenced) until close()."""
         self = cls.__new__(cls)
         _Handle.__init__(self)
+        _expect(runtime, Runtime, "runtime", optional=True)
         base = runtime.config() if (runtime is not None and options) else None
         cfg = _config_for(config, options, base)
-        x, y = borrow(images), borrow(labels)
+        x, y = borrow(images, param="images"), borrow(labels, param="labels")
         h = c_void_p()
         lib().cohort_pipeline_create_from_memory(_handle_or_null(runtime), _handle_or_null(cfg), x.ref, y.ref,
                                                  byref(h))
@@ -760,7 +877,8 @@ class Pipeline(_Handle):
             yield self.next()
 
     def seek(self, epoch, step):
-        lib().cohort_pipeline_seek(self.handle, epoch, step)
+        """The next batch is batch ``step`` of epoch ``epoch``."""
+        lib().cohort_pipeline_seek(self.handle, _int(epoch, "epoch"), _int(step, "step"))
 
     def position(self):
         """(epoch, step) of the batch next() returns: what a checkpoint saved now records
@@ -796,12 +914,13 @@ class Pipeline(_Handle):
 
 class Optimizer(_Handle):
     """The distributed optimizer of one model (cohort_optimizer_t): update rule, lr
-    schedule and the gradient exchange over the model's runtime."""
+    schedule and the gradient exchange over the model's runtime. Closed with its model."""
 
     _destroy_name = "cohort_optimizer_destroy"
 
     def __init__(self, model, config=None, **options):
         super().__init__()
+        _expect(model, Model, "model")
         cfg = _config_for(config, options, model.runtime.config() if options else None)
         h = c_void_p()
         lib().cohort_optimizer_create(model.handle, _handle_or_null(cfg), byref(h))
@@ -809,7 +928,9 @@ class Optimizer(_Handle):
         self.model = model
 
     def set_run_length(self, steps_per_epoch, total_steps=0):
-        lib().cohort_optimizer_set_run_length(self.handle, steps_per_epoch, total_steps)
+        """Steps per epoch and of the whole run, for schedules that need them (0: unknown)."""
+        lib().cohort_optimizer_set_run_length(self.handle, _int(steps_per_epoch, "steps_per_epoch"),
+                                              _int(total_steps, "total_steps"))
 
     def state(self):
         """(learning rate of the next update, updates taken)."""
@@ -817,8 +938,15 @@ class Optimizer(_Handle):
         lib().cohort_optimizer_state(self.handle, byref(lr), byref(steps))
         return lr.value, steps.value
 
-    lr = property(lambda self: self.state()[0])
-    steps = property(lambda self: self.state()[1])
+    @property
+    def lr(self):
+        """The learning rate of the next update."""
+        return self.state()[0]
+
+    @property
+    def steps(self):
+        """The updates taken so far."""
+        return self.state()[1]
 
     def info(self):
         """This rank's role under ``variable_update``: variable_update, worker, server,
@@ -827,7 +955,7 @@ class Optimizer(_Handle):
 
     def broadcast(self, root=0):
         """Every rank's parameters and optimizer state become ``root``'s. Collective."""
-        lib().cohort_optimizer_broadcast(self.handle, root)
+        lib().cohort_optimizer_broadcast(self.handle, _int(root, "root"))
 
     def check_consistency(self):
         """Raises MismatchError naming the first parameter that differs from rank 0's."""
@@ -835,13 +963,17 @@ class Optimizer(_Handle):
 
     def step(self, batch):
         """``model.train_step(self, batch)``."""
+        self._require_open()
         return self.model.train_step(self, batch)
 
     def save_checkpoint(self, directory, epoch=0, pipeline_epoch=0, pipeline_step=0):
+        """Saves the model and the optimizer's state, with the run's position, into
+        ``directory`` (rank 0 writes). Collective."""
         info = _capi.CheckpointInfo()
         info.struct_size = ctypes.sizeof(info)
-        info.epoch, info.pipeline_epoch, info.pipeline_step = epoch, pipeline_epoch, pipeline_step
-        lib().cohort_optimizer_save_checkpoint(self.handle, _capi.arg(os.fspath(directory)), byref(info))
+        info.epoch, info.pipeline_epoch = _int(epoch, "epoch"), _int(pipeline_epoch, "pipeline_epoch")
+        info.pipeline_step = _int(pipeline_step, "pipeline_step")
+        lib().cohort_optimizer_save_checkpoint(self.handle, _capi.arg(_path(directory, "directory")), byref(info))
 
     def load_checkpoint(self, directory):
         """The saved position (epoch, step, pipeline_epoch, pipeline_step), or None
@@ -849,7 +981,7 @@ class Optimizer(_Handle):
         info = _capi.CheckpointInfo()
         info.struct_size = ctypes.sizeof(info)
         found = c_int()
-        lib().cohort_optimizer_load_checkpoint(self.handle, _capi.arg(os.fspath(directory)), byref(info),
+        lib().cohort_optimizer_load_checkpoint(self.handle, _capi.arg(_path(directory, "directory")), byref(info),
                                                byref(found))
         return Record(info) if found.value else None
 
@@ -865,7 +997,7 @@ class Metrics(_Handle):
     def __init__(self, warmup_steps=10):
         super().__init__()
         h = c_void_p()
-        lib().cohort_metrics_create(warmup_steps, byref(h))
+        lib().cohort_metrics_create(_int(warmup_steps, "warmup_steps"), byref(h))
         self._adopt(h.value)
 
     def record(self, seconds, images, data_wait_s=0.0, comm_exposed_s=0.0):
@@ -885,6 +1017,7 @@ class RunLog(_Handle):
 
     def __init__(self, runtime, config=None, **options):
         super().__init__()
+        _expect(runtime, Runtime, "runtime")
         cfg = _config_for(config, options, runtime.config() if options else None)
         h = c_void_p()
         lib().cohort_run_log_create(runtime.handle, _handle_or_null(cfg), byref(h))
@@ -901,10 +1034,14 @@ class RunLog(_Handle):
     def evaluation(self, step, result):
         """An evaluation at ``step``: ``result`` is Model.evaluate()'s Record (or a dict
         with samples, top1, top5 and loss)."""
+        _expect(result, (Record, Mapping), "result", "Model.evaluate()'s Record or a dict")
         values = result.as_dict() if isinstance(result, Record) else dict(result)
         e = _capi.EvalResult()
         e.struct_size = ctypes.sizeof(e)
         for key in ("samples", "top1", "top5", "loss"):
+            if key not in values:
+                raise InvalidArgumentError(1, f"RunLog.evaluation: result has no '{key}' (it needs samples, top1, "
+                                              "top5 and loss)", "RunLog.evaluation")
             setattr(e, key, values[key])
         lib().cohort_run_log_eval(self.handle, step, byref(e))
 
@@ -939,9 +1076,10 @@ def build_info():
 
 
 def gpu_info(index):
+    """Name, memory and compute capability of GPU ``index``."""
     s = _capi.GpuInfo()
     s.struct_size = ctypes.sizeof(s)
-    lib().cohort_build_gpu_info(index, byref(s))
+    lib().cohort_build_gpu_info(_int(index, "index"), byref(s))
     return Record(s)
 
 
@@ -955,7 +1093,7 @@ def version_string():
 
 
 def status_string(status):
-    return text(lib().cohort_status_string(int(status)))
+    return text(lib().cohort_status_string(_int(status, "status")))
 
 
 def last_error():
@@ -984,8 +1122,9 @@ def data_pack(image_dir, out_dir, shards=1, config=None, echo=False, **options):
     cfg = _config_for(config, options)
     lines = []
     written = c_int64()
-    lib().cohort_data_pack(_handle_or_null(cfg), _capi.arg(os.fspath(image_dir)), _capi.arg(os.fspath(out_dir)),
-                           shards, _reporter(lines, echo), None, byref(written))
+    lib().cohort_data_pack(_handle_or_null(cfg), _capi.arg(_path(image_dir, "image_dir")),
+                           _capi.arg(_path(out_dir, "out_dir")), _int(shards, "shards"), _reporter(lines, echo), None,
+                           byref(written))
     return written.value, lines
 
 
@@ -993,7 +1132,8 @@ def data_inspect(path, limit=10, config=None, **options):
     """Kind, sample count, classes and the first ``limit`` samples, as lines."""
     cfg = _config_for(config, options)
     lines = []
-    lib().cohort_data_inspect(_handle_or_null(cfg), _capi.arg(os.fspath(path)), limit, _reporter(lines, False), None)
+    lib().cohort_data_inspect(_handle_or_null(cfg), _capi.arg(_path(path, "path")), _int(limit, "limit"),
+                              _reporter(lines, False), None)
     return lines
 
 
@@ -1002,6 +1142,6 @@ def data_verify(path, config=None, **options):
     cfg = _config_for(config, options)
     lines = []
     broken = c_int64()
-    lib().cohort_data_verify(_handle_or_null(cfg), _capi.arg(os.fspath(path)), _reporter(lines, False), None,
+    lib().cohort_data_verify(_handle_or_null(cfg), _capi.arg(_path(path, "path")), _reporter(lines, False), None,
                              byref(broken))
     return broken.value, lines

@@ -1,13 +1,17 @@
 """Exceptions of the binding: one class per ``cohort_status_t``, all deriving from
-``CohortError``, which carries the status and ``cohort_last_error()``'s text."""
+``CohortError``, which carries the status and ``cohort_last_error()``'s text. The
+binding's own checks of its arguments raise ``InvalidArgumentError`` (a bad value) and
+``ArgumentTypeError`` (a value of the wrong type) before anything reaches the library."""
 
 
 class CohortError(Exception):
     """A cohort call failed.
 
     ``status`` is the ``cohort_status_t`` value, ``status_name`` its symbolic name
-    ("COHORT_ERR_INVALID_ARGUMENT") and ``message`` the library's text for it (the
-    failing C function first, then what was wrong and what to do)."""
+    ("COHORT_ERR_INVALID_ARGUMENT") and ``message`` what was wrong and what to do, after
+    the failing function: the C function's name for the library's own text, the Python
+    call ("Model.train_step") for a failure the binding found before calling it.
+    ``function`` is that name."""
 
     status_value = None  # the status of the subclass
 
@@ -27,6 +31,15 @@ class CohortError(Exception):
 
 class InvalidArgumentError(CohortError, ValueError):
     """A bad key, value, name, shape or pointer (COHORT_ERR_INVALID_ARGUMENT)."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type, found by the binding before the call: the message
+    names the call, the parameter, the type it takes and the value it got. Also a
+    TypeError (and, as an InvalidArgumentError, a ValueError)."""
+
+    def __init__(self, message, function=None):
+        super().__init__(1, message, function)
 
 
 class InvalidStateError(CohortError):

@@ -66,7 +66,8 @@ class DryRun(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         expected = (["/usr/bin/mpirun", "-np", "4", "-H", "localhost:4"] + (["--allow-run-as-root"] if ROOT else []) +
                     ["-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca",
-                     "orte_base_help_aggregate", "0", "--tag-output",
+                     "orte_base_help_aggregate", "0", "-mca", "oob_tcp_keepalive_time", "10", "-mca",
+                     "oob_tcp_keepalive_intvl", "3", "-mca", "oob_tcp_keepalive_probes", "3", "--tag-output",
                      "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "NCCL_IB_DISABLE", "-x", "OMP_WAIT_POLICY=PASSIVE",
                      "-x", "COHORT_PROGRESS=plain", "-x", "NCCL_DEBUG=INFO", "-x", "A=x y;$(z)",
                      "-x", "COHORT_FUSION_THRESHOLD_MB=64", "-x", "COHORT_CYCLE_TIME_MS=2",
@@ -264,6 +265,29 @@ class FailingRank(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0, r.stderr)
         self.assertRegex(r.stderr, r"rank 2 \(on \S+\) exited without finalizing MPI")
 
+    def test_a_lost_host_ends_the_job_even_when_mpirun_does_not(self):
+        # An mpirun that reports a lost daemon, as Open MPI 4.1 words it, then never ends
+        # (tearing a job down can wait on the host that is gone), nor does its child.
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "mpirun")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\ntrap '' TERM INT HUP\n"
+                        "printf '%s\\n' '----' 'ORTE has lost communication with a remote daemon.' '' "
+                        "'  HNP daemon   : [[4711,0],0] on node h1' '  Remote daemon: [[4711,0],1] on node h2' '' "
+                        "'This is usually due to either a failure of the TCP network' >&2\n"
+                        f"sleep 600 & echo $! > {d}/child\nwait\n")
+            os.chmod(fake, 0o755)
+            start = time.monotonic()
+            r = run(["-np", "2", "--link-timeout=10", "--mpirun", fake, PROBE])
+            took = time.monotonic() - start
+            with open(os.path.join(d, "child")) as f:
+                child = int(f.read())
+        self.assertEqual(r.returncode, 205, r.stderr)
+        self.assertIn("cohortrun: job failed (exit status 205): mpirun lost its connection to host h2 (a link down or "
+                      "the host gone); mpirun had not ended 4 s later, so cohortrun stopped it\n", r.stderr)
+        self.assertFalse(alive(child), "the child mpirun left is still running")
+        self.assertLess(took, TIMEOUT / 2)  # 10 s at most, much less than the fake's 600
+
 
 class Restarts(unittest.TestCase):
     def test_a_failed_rank_restarts_the_job_which_resumes(self):
@@ -374,7 +398,8 @@ class CheckBuild(unittest.TestCase):
     def test_help_lists_launcher_options_and_library_settings(self):
         r = run(["--help"])
         self.assertEqual(r.returncode, 0, r.stderr)
-        for text in ("--dry-run", "--mpi-args", "--nccl-debug LEVEL", "--fusion_threshold_mb=FLOAT", "--timeline_file"):
+        for text in ("--dry-run", "--mpi-args", "--nccl-debug LEVEL", "--link-timeout S", "--fusion_threshold_mb=FLOAT",
+                     "--timeline_file"):
             self.assertIn(text, r.stdout)
 
 

@@ -25,22 +25,26 @@ Context plain_context() {
   return c;
 }
 
-Argv plan(const Argv& args, const Context& context = plain_context()) {
-  const Request request = parse_command_line(args);
-  return build_plan(request, request.np, context).argv;
-}
-
-// The recommended flags, as every vector below has them unless overridden.
-const Argv kFlags = {"-bind-to", "none", "-map-by", "slot",           "-mca", "pml",
-                     "ob1",      "-mca", "btl",     "self,vader,tcp", "-mca", "orte_base_help_aggregate",
-                     "0"};
-const Argv kDefaultExports = {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=plain"};
-
 Argv join(std::initializer_list<Argv> parts) {
   Argv out;
   for (const Argv& p : parts) out.insert(out.end(), p.begin(), p.end());
   return out;
 }
+
+Argv plan(const Argv& args, const Context& context = plain_context()) {
+  const Request request = parse_command_line(args);
+  return build_plan(request, request.np, context).argv;
+}
+
+// Open MPI's TCP keepalive for the default --link-timeout (30 s): probes after 10 quiet
+// seconds, 3 of them 3 s apart.
+const Argv kKeepalive = {"-mca", "oob_tcp_keepalive_time",   "10", "-mca", "oob_tcp_keepalive_intvl", "3",
+                         "-mca", "oob_tcp_keepalive_probes", "3"};
+// The recommended flags, as every vector below has them unless overridden.
+const Argv kFlags = join({{"-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "self,vader,tcp",
+                           "-mca", "orte_base_help_aggregate", "0"},
+                          kKeepalive});
+const Argv kDefaultExports = {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=plain"};
 
 TEST(LauncherArgv, PlainRunHasRecommendedFlagsAndExports) {
   EXPECT_EQ(plan({"-np", "2", "--", "/bin/echo", "hi"}),
@@ -200,6 +204,7 @@ TEST(LauncherArgv, MpiArgsOverrideRecommendedFlagsAndComeBeforeTheProgram) {
   EXPECT_EQ(plan({"-np", "2", "--mpi-args", "-mca btl ^openib --bind-to core", "--mpi-args=-x FOO --mca pml ucx",
                   "/bin/true"}),
             join({{"/usr/bin/mpirun", "-np", "2", "-map-by", "slot", "-mca", "orte_base_help_aggregate", "0"},
+                  kKeepalive,
                   kDefaultExports,
                   {"-mca", "btl", "^openib", "--bind-to", "core", "-x", "FOO", "--mca", "pml", "ucx", "/bin/true"}}));
   EXPECT_EQ(plan({"-np", "2", "--mpi-args", "--report-bindings -mca btl_tcp_if_include 'eth0'", "/bin/true"}),
@@ -238,54 +243,35 @@ TEST(LauncherArgv, EveryOptionTogether) {
   Context c = plain_context();
   c.root = true;
   c.env["LD_LIBRARY_PATH"] = "/l";
-  EXPECT_EQ(plan({"-np",
-                  "6",
-                  "-H",
-                  "a:2,b:2",
-                  "--dry-run",
-                  "--tag-output",
-                  "--output-dir",
-                  "/o",
-                  "--nccl-debug",
-                  "WARN",
-                  "--env",
-                  "K=v w",
-                  "--mpi-args",
-                  "-map-by node",
-                  "--cycle-time-ms=5",
-                  "--mpirun",
-                  "/usr/bin/mpirun",
-                  "--",
-                  "/bin/echo",
-                  "x y"},
-                 c),
-            join({{"/usr/bin/mpirun",
-                   "-np",
-                   "6",
-                   "-H",
-                   "a:2,b:2",
-                   "--allow-run-as-root",
-                   "--oversubscribe",
-                   "-bind-to",
-                   "none",
-                   "-mca",
-                   "pml",
-                   "ob1",
-                   "-mca",
-                   "btl",
-                   "self,vader,tcp",
-                   "-mca",
-                   "orte_base_help_aggregate",
-                   "0",
-                   "-mca",
-                   "mpi_yield_when_idle",
-                   "1",
-                   "--tag-output",
-                   "--output-filename",
-                   "/o"},
-                  {"-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x",
-                   "COHORT_PROGRESS=plain", "-x", "NCCL_DEBUG=WARN", "-x", "K=v w", "-x", "COHORT_CYCLE_TIME_MS=5"},
-                  {"-map-by", "node", "/bin/echo", "x y"}}));
+  EXPECT_EQ(
+      plan({"-np",
+            "6",
+            "-H",
+            "a:2,b:2",
+            "--dry-run",
+            "--tag-output",
+            "--output-dir",
+            "/o",
+            "--nccl-debug",
+            "WARN",
+            "--env",
+            "K=v w",
+            "--mpi-args",
+            "-map-by node",
+            "--cycle-time-ms=5",
+            "--mpirun",
+            "/usr/bin/mpirun",
+            "--",
+            "/bin/echo",
+            "x y"},
+           c),
+      join({{"/usr/bin/mpirun", "-np", "6", "-H", "a:2,b:2", "--allow-run-as-root", "--oversubscribe", "-bind-to",
+             "none", "-mca", "pml", "ob1", "-mca", "btl", "self,vader,tcp", "-mca", "orte_base_help_aggregate", "0"},
+            kKeepalive,
+            {"-mca", "mpi_yield_when_idle", "1", "--tag-output", "--output-filename", "/o"},
+            {"-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=plain",
+             "-x", "NCCL_DEBUG=WARN", "-x", "K=v w", "-x", "COHORT_CYCLE_TIME_MS=5"},
+            {"-map-by", "node", "/bin/echo", "x y"}}));
 }
 
 TEST(LauncherArgv, RanksRunUnderTheRankMonitorUnlessAskedNotTo) {
@@ -298,6 +284,43 @@ TEST(LauncherArgv, RanksRunUnderTheRankMonitorUnlessAskedNotTo) {
                   {"-mca", "btl_base_verbose", "1", "/opt/cohort/bin/cohortrun-monitor", "--", "/bin/echo", "-x"}}));
   EXPECT_EQ(plan({"-np", "2", "--no-rank-monitor", "/bin/echo"}, c),
             join({{"/usr/bin/mpirun", "-np", "2"}, kFlags, kDefaultExports, {"/bin/echo"}}));
+}
+
+TEST(LauncherArgv, LinkTimeoutSetsOpenMpisKeepaliveUnlessOverriddenOrZero) {
+  // About 2/3 of the timeout to notice a silent host, the rest for mpirun to end the job.
+  EXPECT_EQ(plan({"-np", "2", "--link-timeout=60", "/bin/true"}),
+            join({{"/usr/bin/mpirun", "-np", "2"},
+                  {"-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "self,vader,tcp", "-mca",
+                   "orte_base_help_aggregate", "0"},
+                  {"-mca", "oob_tcp_keepalive_time", "20", "-mca", "oob_tcp_keepalive_intvl", "6", "-mca",
+                   "oob_tcp_keepalive_probes", "3"},
+                  kDefaultExports,
+                  {"/bin/true"}}));
+  for (int timeout : {10, 30, 45, 600}) {
+    const LinkWatch w = link_watch(timeout);
+    EXPECT_LE(w.detect_s(), timeout * 2 / 3) << timeout;
+    EXPECT_GE(w.end_s(), timeout / 3) << timeout;
+    EXPECT_EQ(
+        job_options(parse_command_line({"-np", "2", "--link-timeout", std::to_string(timeout), "x"})).lost_host_end_s,
+        w.end_s());
+  }
+  EXPECT_EQ(job_options(parse_command_line({"-np", "2", "x"})).lost_host_end_s, link_watch(30).end_s());
+  // An -mca of --mpi-args wins; 0 leaves Open MPI's own settings, and no limit on ending.
+  EXPECT_EQ(plan({"-np", "2", "--mpi-args", "-mca oob_tcp_keepalive_time 99", "/bin/true"}),
+            join({{"/usr/bin/mpirun", "-np", "2"},
+                  {"-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "self,vader,tcp", "-mca",
+                   "orte_base_help_aggregate", "0", "-mca", "oob_tcp_keepalive_intvl", "3", "-mca",
+                   "oob_tcp_keepalive_probes", "3"},
+                  kDefaultExports,
+                  {"-mca", "oob_tcp_keepalive_time", "99", "/bin/true"}}));
+  const Request off = parse_command_line({"-np", "2", "--link-timeout", "0", "/bin/true"});
+  EXPECT_EQ(build_plan(off, 2, plain_context()).argv,
+            join({{"/usr/bin/mpirun", "-np", "2"},
+                  {"-bind-to", "none", "-map-by", "slot", "-mca", "pml", "ob1", "-mca", "btl", "self,vader,tcp", "-mca",
+                   "orte_base_help_aggregate", "0"},
+                  kDefaultExports,
+                  {"/bin/true"}}));
+  EXPECT_EQ(job_options(off).lost_host_end_s, 0);
 }
 
 TEST(LauncherArgv, DryRunLineIsShellQuoted) {

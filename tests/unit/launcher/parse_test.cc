@@ -132,6 +132,18 @@ TEST(LauncherInput, BadSettingsNameKeyValueAndWhatIsAllowed) {
   expect_error({"-np", "2", "/bin/true"}, "environment variable COHORT_BATCH_SIZE=0", c);
 }
 
+TEST(LauncherInput, LinkTimeoutIsZeroOrAtLeastTenSeconds) {
+  EXPECT_EQ(parse_command_line({"-np", "2", "/bin/true"}).link_timeout_s, 30);
+  EXPECT_EQ(parse_command_line({"-np", "2", "--link-timeout", "0", "/bin/true"}).link_timeout_s, 0);
+  EXPECT_EQ(parse_command_line({"-np", "2", "--link_timeout=120", "/bin/true"}).link_timeout_s, 120);
+  expect_error({"-np", "2", "--link-timeout", "5", "/bin/true"},
+               "--link-timeout 5: the number of seconds must be at least 10, or 0 for Open MPI's own settings");
+  expect_error({"-np", "2", "--link-timeout=-1", "/bin/true"}, "--link-timeout -1: the number of seconds must be");
+  expect_error({"-np", "2", "--link-timeout", "soon", "/bin/true"},
+               "--link-timeout soon: the number of seconds must be an integer");
+  expect_error({"-np", "2", "--link-timeuot=20", "/bin/true"}, "did you mean --link-timeout?");
+}
+
 TEST(LauncherInput, SpecialModes) {
   EXPECT_EQ(parse_command_line({"--check-build"}).mode, Mode::kCheckBuild);
   EXPECT_EQ(parse_command_line({"--help"}).mode, Mode::kHelp);
