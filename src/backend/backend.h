@@ -45,6 +45,7 @@ struct LayerTime {
 struct PlanProfile {
   std::vector<LayerTime> layers;
   int64_t forwards = 0, backwards = 0;  // passes profiled
+  bool device_timed = false;            // the layers' times are the device's (events on its stream)
 };
 
 // Where a plan finds parameter, gradient and state memory: contiguous f32 tensors on

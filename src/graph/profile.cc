@@ -43,6 +43,16 @@ std::string format_profile(const Profile& p) {
   out += row("optimizer", "", "", "", "", ms(p.optimizer_s, n));
   const double total = layers + p.optimizer_s;
   out += row("profiled total", "", "", "", "", ms(total, n));
+  if (p.steps > 0 && p.plan.device_timed) {
+    // The device's time in the layers' kernels against the step's wall time: the rest is
+    // the step outside them (staging, the update, the exchange, launch and host overhead).
+    char share[64];
+    std::snprintf(share, sizeof share, "   (%.0f%% of the step)",
+                  p.step_s > 0 ? 100 * std::max(0.0, p.step_s - layers) / p.step_s : 0.0);
+    std::string line = row("outside the layers' kernels", "", "", "", "", ms(std::max(0.0, p.step_s - layers), n));
+    line.pop_back();
+    out += line + share + "\n";
+  }
   if (p.steps > 0) {
     char share[64];
     std::snprintf(share, sizeof share, "   (the profile accounts for %.0f%%)",

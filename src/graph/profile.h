@@ -21,7 +21,8 @@ struct Profile {
 
 // Milliseconds per step: one row per layer (forward, backward, reorders, total), the
 // optimizer, the profiled total, and the measured step time with the share the
-// profile accounts for.
+// profile accounts for. For a device plan (layers timed by events on its stream) also
+// the time of the step outside the layers' kernels.
 std::string format_profile(const Profile& p);
 
 }  // namespace cohort

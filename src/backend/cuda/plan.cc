@@ -198,6 +198,7 @@ void CudaPlan::set_profiling(bool on) {
   profiling_ = on;
   profile_ = {};
   profile_.layers.resize(spec_.layers.size());
+  profile_.device_timed = true;
 }
 
 const PlanProfile& CudaPlan::profile() const {

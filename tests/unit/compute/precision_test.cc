@@ -346,6 +346,14 @@ TEST(Profile, ListsEveryLayerAndPrintsItsTotalBesideTheStepTime) {
   EXPECT_NE(text.find("profiled total"), std::string::npos) << text;
   EXPECT_NE(text.find("measured step time"), std::string::npos) << text;
   EXPECT_NE(text.find("500.000"), std::string::npos) << text;  // beside it, the step time
+  EXPECT_EQ(text.find("outside the layers' kernels"), std::string::npos) << text;  // host-timed
+  cohort::Profile device = p;  // a device plan's profile adds the step outside its kernels
+  device.plan.device_timed = true;
+  device.plan.layers.assign(device.plan.layers.size(), {});
+  device.plan.layers[1] = {0.3, 0.6, 0.0};  // 300 ms of kernels per step over 3 steps
+  const std::string dtext = cohort::format_profile(device);
+  EXPECT_NE(dtext.find("outside the layers' kernels"), std::string::npos) << dtext;
+  EXPECT_NE(dtext.find("200.000   (40% of the step)"), std::string::npos) << dtext;
   g.set_profiling(false);
   g.forward_train(cohort::test::batch_view(x, g, 16, Layout::kNCHW), Layout::kNCHW, cohort::test::labels_view(y, 16));
   EXPECT_EQ(g.profile().steps, 0);
