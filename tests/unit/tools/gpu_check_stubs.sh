@@ -3,7 +3,10 @@
 # stub programs (a cohortrun that reports one GPU, a cohort-train that prints a run
 # summary and a loss log, tools that print their tables, GoogleTest executables that
 # pass), it must pass every stage; and it must fail the MNIST stages whose GPU top-1 is
-# more than 1 point from the CPU's, or whose GPU run computed on the CPU.
+# more than 1 point from the CPU's, or whose GPU run computed on the CPU. With --perf
+# (a stub Python for the PyTorch reference; each stub run's images/sec taken in turn
+# from a list) it must interleave the runs, take their medians, judge the ratio against
+# 0.98, report a precision cohort refuses as N/A, and do without PyTorch.
 #   gpu_check_stubs.sh SCRIPTS/gpu-check
 set -uo pipefail
 gpu_check=$1
@@ -11,6 +14,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 b=$work/build
 mkdir -p "$b/launcher" "$b/samples/trainer" "$b/samples/gpu_tools" "$b/samples/allreduce_perf" "$work/data"
+export STUB_STATE=$work/state  # the stubs' run counters, and the order they ran in
 
 stub() {  # stub PATH: the script on stdin, made executable
   mkdir -p "$(dirname "$1")"
@@ -27,10 +31,39 @@ fi
 shift 2; [ "$1" = -- ] && shift  # -np N -- PROGRAM ARGS: PROGRAM once
 exec "$@"
 EOF
-stub "$b/samples/trainer/cohort-train" <<'EOF'
+# next KEY LIST: the next of LIST's words for KEY (the first on KEY's first call, …).
+cat >"$work/next.sh" <<'EOF'
+next() {
+  local n words
+  mkdir -p "$STUB_STATE"
+  n=$(( $(cat "$STUB_STATE/$1" 2>/dev/null || echo 0) + 1 ))
+  echo "$n" >"$STUB_STATE/$1"
+  read -ra words <<<"$2"
+  echo "${words[$(( (n - 1) % ${#words[@]} ))]}"
+}
+EOF
+stub "$b/samples/trainer/cohort-train" <<EOF
 #!/usr/bin/env bash
-dev=cpu csv="" model=""
-for a; do case $a in --device=*) dev=${a#*=} ;; --log_csv=*) csv=${a#*=} ;; --model=*) model=${a#*=} ;; esac; done
+source "$work/next.sh"
+EOF
+cat >>"$b/samples/trainer/cohort-train" <<'EOF'
+dev=cpu csv="" model="" precision=f32
+for a; do
+  case $a in
+    --device=*) dev=${a#*=} ;; --log_csv=*) csv=${a#*=} ;; --model=*) model=${a#*=} ;; --precision=*) precision=${a#*=} ;;
+  esac
+done
+ips=1001.5
+if [ "$model" = resnet50 ]; then
+  echo "cohort $precision $*" >>"$STUB_STATE/order"
+  if [[ " ${STUB_REFUSE:-} " == *" $precision "* ]]; then
+    echo "cohort-train: building the model: the CUDA backend trains in f32 (precision=$precision is not available on it yet)" >&2
+    exit 1
+  fi
+  list=STUB_COHORT_$precision
+  [ -z "${!list:-}" ] || ips=$(next "cohort-$precision" "${!list}")
+  [ "$ips" != fail ] || { echo "cohort-train: step 3: cudaErrorIllegalAddress" >&2; exit 1; }
+fi
 top1=${STUB_TOP1_CPU:-0.8312} device=cpu
 if [ "$dev" = cuda ]; then top1=${STUB_TOP1_CUDA:-0.8290} device=${STUB_GPU_DEVICE:-cuda:0}; fi
 if [ -n "$csv" ]; then
@@ -39,7 +72,7 @@ if [ -n "$csv" ]; then
 fi
 echo "total images/sec: 1001.50"
 echo "Accuracy @ 1 = $top1 Accuracy @ 5 = 0.9900 [10000 examples], loss 0.5000"
-echo "{\"schema\": \"cohort.run/1\", \"model\": \"$model\", \"ranks\": 1, \"device\": \"$device\", \"precision\": \"f32\", \"images_per_sec\": {\"median\": 1000.5, \"mean\": 1001.5, \"stderr\": 1.0, \"jitter\": 1.0}, \"loss\": 0.5, \"top1\": $top1, \"top5\": 0.99, \"wall_s\": 1.0}"
+echo "{\"schema\": \"cohort.run/1\", \"model\": \"$model\", \"ranks\": 1, \"device\": \"$device\", \"precision\": \"$precision\", \"images_per_sec\": {\"median\": 1000.5, \"mean\": $ips, \"stderr\": 1.0, \"jitter\": 1.0}, \"loss\": 0.5, \"top1\": $top1, \"top5\": 0.99, \"wall_s\": 1.0}"
 EOF
 stub "$b/samples/gpu_tools/cohort-topo" <<'EOF'
 #!/usr/bin/env bash
@@ -47,10 +80,15 @@ echo "CPU (hwloc): 1 socket, 1 NUMA node, 16 cores, 32 hardware threads"
 echo "GPUs (CUDA): 1"
 echo "  GPU 0: Stub GPU, sm_90, 132 SMs, 79.1 GiB, PCI 0000:17:00.0"
 EOF
-stub "$b/samples/gpu_tools/cohort-bandwidth" <<'EOF'
+stub "$b/samples/gpu_tools/cohort-bandwidth" <<EOF
 #!/usr/bin/env bash
+source "$work/next.sh"
+EOF
+cat >>"$b/samples/gpu_tools/cohort-bandwidth" <<'EOF'
+h2d=54.61
+[ -z "${STUB_H2D:-}" ] || h2d=$(next h2d "$STUB_H2D")
 fmt='%-5s %-9s %-7s %-7s %9.2f %9.3f %9.3f %9.3f  %s\n'
-printf "$fmt" H2D pinned host cuda:0 54.61 4.916 4.900 4.950 ""
+printf "$fmt" H2D pinned host cuda:0 "$h2d" 4.916 4.900 4.950 ""
 printf "$fmt" H2D pageable host cuda:0 7.50 35.8 35.0 36.0 ""
 printf "$fmt" D2H pinned cuda:0 host 54.10 4.961 4.950 4.970 ""
 printf "$fmt" D2H pageable cuda:0 host 11.50 23.3 23.0 24.0 ""
@@ -63,6 +101,29 @@ echo "# one rank on one GPU: NCCL only copies within the GPU, so this proves the
 echo "   268435456      67108864     float     sum     -1   180.00 1491.31    0.00      0   170.00 1579.00    0.00      0"
 echo "# Out of bounds values : 0 OK"
 EOF
+# The packed build's library path, which the PyTorch reference must not get.
+echo 'export LD_LIBRARY_PATH="/packed/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"' >"$b/env.sh"
+# The Python that runs the PyTorch reference: torch imports unless STUB_NO_TORCH is set.
+stub "$work/python3" <<EOF
+#!/usr/bin/env bash
+source "$work/next.sh"
+EOF
+cat >>"$work/python3" <<'EOF'
+[[ ${LD_LIBRARY_PATH:-} != */packed/lib* ]] || { echo "stub python3: run with the packed build's LD_LIBRARY_PATH" >&2; exit 3; }
+if [ "$1" = -c ]; then
+  [ -z "${STUB_NO_TORCH:-}" ] || { echo "ModuleNotFoundError: No module named 'torch'" >&2; exit 1; }
+  exit 0
+fi
+[[ $1 == */tests/perf/gpu/torch_resnet50.py ]] || { echo "stub python3: unexpected script '$1'" >&2; exit 2; }
+shift
+while [ $# -gt 0 ]; do case $1 in --precision) p=$2 ;; --warmup) w=$2 ;; --steps) n=$2 ;; esac; shift 2; done
+echo "torch $p --warmup $w --steps $n" >>"$STUB_STATE/order"
+list=STUB_TORCH_$p
+ips=$(next "torch-$p" "${!list:-2519}")
+printf '{"schema": "cohort.torch_resnet50/1", "model": "resnet50", "precision": "%s", "images_per_sec": %s, "device_name": "%s", "torch": "2.11.0+cu130", "torchvision": "0.26.0+cu130", "cudnn": "9.19.0", "cuda": "13.0"}\n' \
+  "$p" "$ips" "${STUB_TORCH_CARD:-Stub GPU}"
+EOF
+
 # The GoogleTest executables gpu-check looks for, each with one passing test.
 while read -r path; do
   stub "$path" <<'EOF'
@@ -73,13 +134,18 @@ EOF
 done < <("$gpu_check" --list --only tests "$b" | sed -n 's/^  missing: //p')
 
 fails=0
-check() {  # check WHAT EXPECTED_STATUS REGEX… -- ENV…: gpu-check on the stubs
-  local what=$1 want=$2 out status re
+out=""
+check() {  # check WHAT EXPECTED_STATUS REGEX… -- ENV… [-- ARGS…]: gpu-check on the stubs
+  local what=$1 want=$2 status re
   shift 2
-  local res=()
+  local res=() envs=()
   while [ "$1" != -- ]; do res+=("$1"); shift; done
   shift
-  out=$(env "$@" "$gpu_check" "$b" --data "$work/data" --logs "$work/logs" 2>&1)
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  [ $# -eq 0 ] || shift
+  rm -rf "$STUB_STATE" "$work/logs"
+  mkdir -p "$STUB_STATE"
+  out=$(env "${envs[@]}" "$gpu_check" "$b" --data "$work/data" --logs "$work/logs" "$@" 2>&1)
   status=$?
   if [ "$status" != "$want" ]; then
     echo "FAIL ($what): gpu-check exited $status, expected $want"; echo "$out"; fails=1; return
@@ -103,4 +169,50 @@ check "a GPU top-1 2 points below the CPU's fails" 1 \
   '^resnet50 +PASS ' -- STUB_TOP1_CUDA=0.8112
 check "a GPU run that computed on the CPU fails" 1 \
   "^mnist-np1 +FAIL .*the GPU run computed on 'cpu'" -- STUB_GPU_DEVICE=cpu
+
+# --perf: f32 far below PyTorch, f16 refused by cohort, bf16 at exactly 0.98 (met).
+check "--perf reports medians, ratios and goals, and a refused precision as N/A" 0 \
+  '^perf-f32 +PASS .*cohort 1000\.0 images/sec \(median of 3\), PyTorch 2500\.0 images/sec \(median of 3\): ratio 0\.400, goal \(>= 0\.98\) not met' \
+  '^perf-f16 +N/A .*cohort refuses precision=f16 on the GPU \(cohort-train: .*precision=f16 is not available.*PyTorch 4742\.0 images/sec \(1 run\)' \
+  '^perf-bf16 +PASS .*cohort 980\.0 .*PyTorch 1000\.0 .*ratio 0\.980, goal \(>= 0\.98\) met' \
+  '^perf-h2d +PASS .*H2D pinned 53\.10 GB/s \(median of 3\), goal \(>= 52 GB/s\) met' \
+  '^== speed on Stub GPU: ResNet-50, synthetic data, NHWC, batch 256; median of 3 runs of 30 steps after 10 warm-up' \
+  '^   reference: .*PyTorch 2\.11\.0\+cu130, torchvision 0\.26\.0\+cu130, cuDNN 9\.19\.0' \
+  '^precision +cohort img/s +PyTorch img/s +ratio +time \(cohort/PT\) +goal \(ratio >= 0\.98\)$' \
+  '^f32 +1000\.0 +2500\.0 +0\.400 +[0-9]+ s / [0-9]+ s +not met$' \
+  '^f16 +- +4742\.0 \(1 run\) +- +[0-9]+ s / [0-9]+ s +not available on the GPU in this build$' \
+  '^bf16 +980\.0 +1000\.0 +0\.980 +[0-9]+ s / [0-9]+ s +met$' \
+  '^H2D pinned, 256 MiB \(cohort-bandwidth, median of 3\): 53\.10 GB/s; goal >= 52 GB/s: met' \
+  -- STUB_COHORT_f32="900 1100 1000" STUB_TORCH_f32="2600 2400 2500" STUB_REFUSE=f16 STUB_TORCH_f16="4742" \
+     STUB_COHORT_bf16="980 975 990" STUB_TORCH_bf16="1000 990 1010" STUB_H2D="53.1 51.0 54.6" \
+  -- --perf --python "$work/python3"
+# Each precision: cohort, PyTorch, cohort, PyTorch, …; a refused one stops after its first try.
+order=$(cut -d' ' -f1,2 "$STUB_STATE/order" | tr '\n' ,)
+want="cohort f32,torch f32,cohort f32,torch f32,cohort f32,torch f32,cohort f16,torch f16,"
+want+="cohort bf16,torch bf16,cohort bf16,torch bf16,cohort bf16,torch bf16,"
+if [ "$order" = "$want" ]; then echo "ok: the runs interleave"; else echo "FAIL: runs in the order $order, expected $want"; fails=1; fi
+check "--only perf-f32: that stage alone; a ratio of 0.979 misses the goal" 0 \
+  '^perf-f32 +PASS .*cohort 979\.0 images/sec \(median of 1\), PyTorch 1000\.0 images/sec \(median of 1\): ratio 0\.979, goal \(>= 0\.98\) not met' \
+  '^== speed on Stub GPU: .*median of 1 runs of 5 steps after 2 warm-up' \
+  -- STUB_COHORT_f32=979 STUB_TORCH_f32=1000 \
+  -- --only perf-f32 --perf-runs 1 --perf-steps 5 --perf-warmup 2 --python "$work/python3"
+if grep -Eq '^== (tests|resnet50|perf-f16|perf-h2d)$' <<<"$out" ||
+   ! grep -q -- '--num_iter=7 --num_warmup_batches=2 ' "$STUB_STATE/order" ||
+   ! grep -q -- '^torch f32 --warmup 2 --steps 5$' "$STUB_STATE/order"; then
+  echo "FAIL: --only perf-f32 --perf-steps 5 --perf-warmup 2 ran other stages or other step counts:"
+  cat "$STUB_STATE/order"; echo "$out"; fails=1
+else
+  echo "ok: the step counts reach both programs"
+fi
+check "--perf without PyTorch measures cohort alone" 0 \
+  '^perf-f32 +PASS .*cohort 1000\.0 images/sec \(median of 3\); no PyTorch reference: .*cannot import torch' \
+  '^f32 +1000\.0 +- +- +[0-9]+ s / [0-9]+ s +no reference$' \
+  '^   no PyTorch reference: .*python3 cannot import torch \(ModuleNotFoundError' \
+  -- STUB_COHORT_f32="1000" STUB_NO_TORCH=1 -- --perf --only perf-f32 --python "$work/python3"
+check "--perf fails a PyTorch run on another card" 1 \
+  "^perf-f32 +FAIL .*the PyTorch reference ran on 'Other GPU', cohort on 'Stub GPU'" \
+  -- STUB_TORCH_CARD="Other GPU" -- --perf --only perf-f32 --python "$work/python3"
+check "--perf fails a cohort run that fails for another reason than its precision" 1 \
+  '^perf-bf16 +FAIL .*cohort-train run 2 exited 1' '^perf-f32 +PASS' \
+  -- STUB_COHORT_bf16="990 fail 990" -- --perf --only perf-f32,perf-bf16 --python "$work/python3"
 exit $fails
