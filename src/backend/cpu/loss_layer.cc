@@ -8,6 +8,7 @@
 namespace cohort::backend::cpu {
 namespace {
 
+// Softmax and the loss are f32 at every precision (backend/precision.h).
 class SoftmaxXentLayer final : public CpuLayer {
  public:
   using CpuLayer::CpuLayer;

@@ -4,6 +4,9 @@
 namespace cohort::backend::cpu {
 namespace {
 
+// Convolution and inner product share their structure: weights (+ bias), forward,
+// backward-weights (first, so gradients are ready early), backward-data. Weights are
+// cast from their f32 masters by the reorder that blocks them; weight and bias
 // gradients are f32 whatever the layer computes in.
 template <typename Fwd, typename BwdData, typename BwdWeights>
 class WeightedLayer : public CpuLayer {
@@ -125,9 +128,6 @@ class DenseLayer final : public WeightedLayer<dnnlc::IpFwd, dnnlc::IpBwdData, dn
     return dnnlc::ip_backward_weights(eng(), s, w, bias, d, fpd_);
   }
 };
-
-// Statistics, scale and shift are f32 at every precision. oneDNN 2.x takes scale and
-// shift packed into one [2, C] tensor (copied per step, C floats each); 3.x binds the
 
 }  // namespace
 

@@ -345,7 +345,7 @@ TEST(Profile, ListsEveryLayerAndPrintsItsTotalBesideTheStepTime) {
   EXPECT_NE(text.find("125.000"), std::string::npos) << text;  // the optimizer, ms per step
   EXPECT_NE(text.find("profiled total"), std::string::npos) << text;
   EXPECT_NE(text.find("measured step time"), std::string::npos) << text;
-  EXPECT_NE(text.find("500.000"), std::string::npos) << text;  // beside it, the step time
+  EXPECT_NE(text.find("500.000"), std::string::npos) << text;                      // beside it, the step time
   EXPECT_EQ(text.find("outside the layers' kernels"), std::string::npos) << text;  // host-timed
   cohort::Profile device = p;  // a device plan's profile adds the step outside its kernels
   device.plan.device_timed = true;
