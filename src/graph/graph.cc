@@ -388,11 +388,11 @@ void Graph::set_backend(std::shared_ptr<backend::Backend> backend, std::shared_p
   require(d.is_host() || (allocator != nullptr && allocator->device() == d), "backend ", backend->name(),
           " computes on ", d.to_string(), ": pass an allocator of memory on that device");
   const bool moves = materialized_ && !(d == device());
+  plans_.clear();  // before their backend goes: its handles and context are theirs
+  last_train_ = nullptr;
   backend_ = std::move(backend);
   allocator_ = std::move(allocator);
   stream_ = backend_->stream();
-  plans_.clear();
-  last_train_ = nullptr;
   if (!moves) return;
   // The parameters follow the new device (through host memory).
   auto move = [&](Tensor& t) { t = on_device(to_host(t)); };

@@ -131,9 +131,11 @@ struct SoftmaxXentRows {
   int32_t* bad_label;
   COHORT_HD void operator()(int64_t i) const {
     const int64_t label = labels[i];
-    if (label < 0 || label >= k) {
+    if (label < 0 || label >= k) {  // loss() reports it; the row sends no gradient
       *bad_label = 1;
       if (row_loss) row_loss[i] = 0.f;
+      if (grad)
+        for (int64_t j = 0; j < k; ++j) grad[i * k + j] = 0.f;
       return;
     }
     const float l = softmax_xent_row(logits + i * k, k, label, smoothing, grad ? grad + i * k : nullptr, grad_scale);

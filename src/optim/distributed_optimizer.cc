@@ -142,7 +142,9 @@ void DistributedOptimizer::exchange(size_t index, const Event& ready) {
 }
 
 bool DistributedOptimizer::step(double lr) {
-  if (!passes_.end_pass([&](size_t i) { gradient_ready(i); })) return false;
+  // A gradient backward did not report (all of them on a rank without valid rows, which
+  // zeroes them on the compute stream) is read after the work enqueued so far.
+  if (!passes_.end_pass([&](size_t i) { gradient_ready(i, record_event(stream_)); })) return false;
   comm_.wait_all(stream_);
   if (options_.compressed()) {
     double post = options_.gradient_predivide_factor / comm_.size();

@@ -75,15 +75,20 @@ class CudaApi final : public DeviceApi {
     cudaSetDevice(id);
     cudaFree(p);  // a destructor path: an error here has nowhere to go
   }
+  // On the default stream (a copy asked for with a host stream) a call first waits for
+  // all work on the device: cohort's streams do not wait for the legacy default stream,
+  // so "complete on return" also means "after what was enqueued before".
   void copy(void* dst, const void* src, size_t bytes, const Stream& s) override {
     if (!bytes) return;
     use_device(s);
+    if (!s.native()) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, native(s)), "cudaMemcpyAsync");
     if (!s.native()) check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
   void zero(void* dst, size_t bytes, const Stream& s) override {
     if (!bytes) return;
     use_device(s);
+    if (!s.native()) check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     check(cudaMemsetAsync(dst, 0, bytes, native(s)), "cudaMemsetAsync");
     if (!s.native()) check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }

@@ -114,8 +114,8 @@ std::vector<int64_t> contiguous_strides(const Shape& shape);
 // Copies src into dst: same dtype and element count, both contiguous, any devices. A
 // copy that involves a device is ordered on `stream` when it is that device's stream
 // (the caller synchronises before the host reads the result); with a host stream it
-// runs on the device's default stream and is complete on return. Host to host copies
-// run at once.
+// waits for all the work enqueued on that device, runs on its default stream and is
+// complete on return. Host to host copies run at once.
 void copy(const Tensor& dst, const Tensor& src, const Stream& stream = {});
 // Sets every byte of t to zero (on `stream` as copy() does). t must be contiguous.
 void zero(const Tensor& t, const Stream& stream = {});

@@ -55,19 +55,23 @@ void EvalAccumulator::add_batch(const Tensor& logits, const Tensor& labels, int6
           stream.device().to_string(), "), got ", logits.describe());
   const int64_t n = logits.dim(0), classes = logits.dim(1);
   require(classes >= 1, "evaluation: logits have no classes");
-  require((labels.dtype() == DType::kI32 || labels.dtype() == DType::kI64) && labels.ndim() == 1 &&
-              labels.dim(0) == n && labels.device().is_host() && labels.is_contiguous(),
-          "evaluation: labels must be i32 or i64 [", n, "] in host memory, got ", labels.describe());
+  require(
+      (labels.dtype() == DType::kI32 || labels.dtype() == DType::kI64) && labels.ndim() == 1 && labels.dim(0) == n &&
+          (labels.device().is_host() || labels.device() == logits.device()) && labels.is_contiguous(),
+      "evaluation: labels must be i32 or i64 [", n, "] in host memory or beside the logits, got ", labels.describe());
+  // The labels are checked on the host (a copy of a device batch's: N integers).
+  const Tensor host_labels = labels.device().is_host() ? labels : to_host(labels, stream);
   require(valid >= 0 && valid <= n, "evaluation: valid count ", valid, " is outside [0, ", n, "]");
   for (int64_t i = 0; i < valid; ++i) {
-    const int64_t label = labels.dtype() == DType::kI32 ? labels.data_as<int32_t>()[i] : labels.data_as<int64_t>()[i];
+    const int64_t label =
+        labels.dtype() == DType::kI32 ? host_labels.data_as<int32_t>()[i] : host_labels.data_as<int64_t>()[i];
     require(label >= 0 && label < classes, "evaluation: label ", label, " of sample ", i, " is outside [0, ", classes,
             ")");
   }
   // A batch of fewer than 2^32 rows: the packed top-1 and top-5 counts cannot overflow.
   require(valid < (int64_t{1} << 32), "evaluation: ", valid, " rows in one batch are too many");
   Tensor where = labels;
-  if (!stream.is_host()) {
+  if (!stream.is_host() && labels.device().is_host()) {
     where = Tensor::empty_like(logits, labels.shape(), labels.dtype(), stream);
     copy(where, labels, stream);
   }

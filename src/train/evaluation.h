@@ -36,9 +36,10 @@ struct EvalResult {
 class EvalAccumulator {
  public:
   // logits: f32 [N, C]; labels: i32 or i64 [N] in [0, C); only the first `valid` rows
-  // count. Host memory, or logits on a device with `stream` one of its streams (the
-  // counts are reduced there — labels in host memory are checked, then copied — and
-  // read back once). Throws kInvalidArgument naming the bad shape, count or label.
+  // count. Host memory, or logits on a device with `stream` one of its streams and the
+  // labels in host memory or on that device (the labels are checked on the host, the
+  // counts reduced on the device and read back once). Throws kInvalidArgument naming
+  // the bad shape, count or label.
   void add_batch(const Tensor& logits, const Tensor& labels, int64_t valid, const Stream& stream = {});
 
   const EvalTotals& totals() const { return totals_; }

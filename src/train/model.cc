@@ -120,6 +120,17 @@ void Model::require_loss() const {
   require(graph_->has_loss(), "the model has no loss layer: add a softmax_xent layer last");
 }
 
+void Model::check_label_values(const Tensor& labels) const {
+  // The CPU plan checks labels as it reads them; a device reads them only in its
+  // kernels, after the whole step is enqueued, so labels still in host memory are
+  // checked here (a device batch's come from a pipeline that checked them).
+  if (device().is_host() || !labels.device().is_host()) return;
+  const int64_t classes = io_shape().classes;
+  const int32_t* l = labels.data_as<int32_t>();
+  for (int64_t i = 0; i < labels.numel(); ++i)
+    require(l[i] >= 0 && l[i] < classes, "label ", l[i], " of sample ", i, " is outside [0, ", classes, ")");
+}
+
 Tensor Model::on_device(const Tensor& t) const {
   if (device().is_host() || t.device() == device()) return t;
   return clone_to(t, *runtime_->memory().on(device()), stream());
@@ -129,6 +140,7 @@ float Model::forward_backward(const Tensor& images, const Tensor& labels) {
   require_loss();
   const int64_t n = check_images(images);
   check_labels(labels, n);
+  check_label_values(labels);
   materialize();
   // Reductions of gradients produced here may wait until compute has ended on every
   // rank (comm_during_compute=hold), instead of taking cores from it.
@@ -155,6 +167,7 @@ float Model::loss(const Tensor& images, const Tensor& labels) {
   require_loss();
   const int64_t n = check_images(images);
   check_labels(labels, n);
+  check_label_values(labels);
   materialize();
   return graph_->eval_loss(on_device(images), layout_, on_device(labels));
 }

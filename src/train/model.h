@@ -98,6 +98,9 @@ class Model {
   void require_loss() const;
   // `t` on the model's device: itself when it is there already, else a copy.
   Tensor on_device(const Tensor& t) const;
+  // Throws kInvalidArgument naming the first label outside [0, classes) of host labels
+  // bound for a device.
+  void check_label_values(const Tensor& labels) const;
 
   std::shared_ptr<Runtime> runtime_;
   std::string name_;

@@ -41,11 +41,16 @@
  * The tensor must be on this rank's GPU, cohort_runtime_info_t::collective_device_id
  * (device=auto picks cuda:local_rank when a GPU is visible; one GPU per rank); the
  * runtime's NCCL communicator is created at the first device collective, which every
- * rank takes part in. Device collectives are not fused: each runs as its own NCCL call,
- * in place in the caller's memory (results of allgather, alltoall and reducescatter are
- * new device tensors). The caller's GPU work producing an input must be complete (its
- * stream synchronised) before submission; results are complete when the request
- * completes. Mixing host and device tensors under one name across ranks is a
+ * rank takes part in. Device allreduces of one setting that are ready in the same engine
+ * cycle share one NCCL call through a device fusion buffer; other device collectives
+ * run as their own NCCL call, in place in the caller's memory (results of allgather,
+ * alltoall and reducescatter are new device tensors). The caller's GPU work producing
+ * an input must be complete (its stream synchronised) before submission: a tensor
+ * handed in through DLPack carries no event to wait for. Results are complete when
+ * cohort_request_wait() returns (it also waits for the GPU work), and
+ * cohort_request_test() reports done only then. When ranks of a node share one GPU,
+ * NCCL cannot serve them: device collectives then go through host memory on every
+ * rank (the runtime's log says so). Mixing host and device tensors under one name across ranks is a
  * ::COHORT_ERR_MISMATCH. A device tensor on a runtime without a usable GPU (device=cpu,
  * no GPU found, or cohort built without CUDA and NCCL) fails at submission with
  * ::COHORT_ERR_UNSUPPORTED, naming the tensor and what would work (host memory); it is

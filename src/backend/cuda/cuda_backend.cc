@@ -39,6 +39,7 @@ class CudaBackend final : public Backend {
     cuda::check(cublasSetMathMode(ctx_.cublas, ctx_.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                 "cublasSetMathMode");
     stream_ = OwnedStream(Device::cuda(device));
+    ctx_.stream = stream_.get();
   }
   ~CudaBackend() override {
     cublasDestroy(ctx_.cublas);

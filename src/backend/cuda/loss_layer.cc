@@ -15,7 +15,8 @@ class SoftmaxXentLayer final : public CudaLayer {
 
   void build_forward() override {
     fwd.push_back({[this] {
-      if (!plan_.labels_.defined() || plan_.labels_.numel() == 0) return;  // inference of the logits only
+      plan_.loss_computed_ = plan_.labels_.defined() && plan_.labels_.numel() > 0;
+      if (!plan_.loss_computed_) return;  // inference of the logits only
       zero(plan_.loss_sum_, cstream());
       const kernels::SoftmaxXentLoss f{in().x(), plan_.labels_.data_as<int32_t>(), in().desc.dims[1],
                                        spec_.label_smoothing, plan_.bad_label_.data_as<int32_t>()};
@@ -25,8 +26,7 @@ class SoftmaxXentLayer final : public CudaLayer {
 
   void build_backward() override {
     if (!in().needs_grad) return;
-    const bool acc = plan_.grad_write(bwd, in());
-    require(!acc, "layer '", spec_.name, "': the logits of the loss feed no other layer");
+    plan_.grad_write(bwd, in());  // the first and only writer: the loss is the logits' one consumer
     bwd.push_back({[this] {
       require(plan_.labels_.defined() && plan_.labels_.numel() > 0, "layer '", spec_.name,
               "': backward needs the labels of the forward");

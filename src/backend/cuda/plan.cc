@@ -43,12 +43,14 @@ CudaPlan::CudaPlan(Context& ctx, const NetSpec& spec, Bindings bind, const PlanO
     : ctx_(ctx), spec_(spec), bind_(std::move(bind)), opt_(opt) {
   require(opt_.precision == Precision::kF32,
           "the CUDA backend trains in f32 (precision=", precision_name(opt_.precision), " is not available on it yet)");
-  check(cudaSetDevice(ctx_.device), "cudaSetDevice");
-  stream_ = Stream(Device::cuda(ctx_.device), nullptr);
+  use(ctx_.stream);
   build();
 }
 
 CudaPlan::~CudaPlan() {
+  // Work of this plan may still be running on the stream it last used, and its buffers go
+  // back to the cache now.
+  cudaStreamSynchronize(stream());
   for (Timed& t : timed_) {
     cudaEventDestroy(t.start);
     cudaEventDestroy(t.stop);
@@ -125,6 +127,7 @@ void CudaPlan::forward(const Tensor& input, const Tensor& labels, uint64_t step,
 
 float CudaPlan::loss() {
   require(spec_.has_loss(), "the net has no loss layer");
+  if (!loss_computed_) return std::nanf("");  // a forward of the logits only, as on the CPU
   double sum = 0;
   int32_t bad = 0;
   check(cudaMemcpyAsync(&sum, loss_sum_.data(), sizeof sum, cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync");
@@ -194,7 +197,7 @@ void CudaPlan::set_loss_scale(float scale) {
 }
 
 void CudaPlan::set_profiling(bool on) {
-  collect_profile();
+  collect_profile(true);
   profiling_ = on;
   profile_ = {};
   profile_.layers.resize(spec_.layers.size());
@@ -202,12 +205,13 @@ void CudaPlan::set_profiling(bool on) {
 }
 
 const PlanProfile& CudaPlan::profile() const {
-  collect_profile();
+  collect_profile(true);
   return profile_;
 }
 
-void CudaPlan::collect_profile() const {
-  for (Timed& t : timed_) {
+void CudaPlan::collect_profile(bool wait) const {
+  std::erase_if(timed_, [&](Timed& t) {
+    if (!wait && cudaEventQuery(t.stop) == cudaErrorNotReady) return false;
     float ms = 0;
     if (cudaEventSynchronize(t.stop) == cudaSuccess && cudaEventElapsedTime(&ms, t.start, t.stop) == cudaSuccess) {
       LayerTime& lt = profile_.layers[static_cast<size_t>(t.layer)];
@@ -215,8 +219,9 @@ void CudaPlan::collect_profile() const {
     }
     cudaEventDestroy(t.start);
     cudaEventDestroy(t.stop);
-  }
-  timed_.clear();
+    return true;
+  });
+  cudaGetLastError();  // a query's cudaErrorNotReady is no error
 }
 
 void CudaPlan::run(const Steps& steps, bool backward) {
@@ -224,7 +229,9 @@ void CudaPlan::run(const Steps& steps, bool backward) {
     for (const Step& s : steps) s.run();
     return;
   }
-  // Each step between two events on the stream; read when the profile is asked for.
+  // Each step between two events on the stream; read when the profile is asked for, and
+  // those already complete read now, so that a long profiled run holds few events.
+  collect_profile(false);
   for (const Step& s : steps) {
     Timed t{nullptr, nullptr, s.layer, s.reorder, backward};
     check(cudaEventCreate(&t.start), "cudaEventCreate");

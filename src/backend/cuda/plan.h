@@ -30,6 +30,7 @@ namespace cohort::backend::cuda {
 // the memory its buffers come from, and the math policy.
 struct Context {
   int device = 0;
+  Stream stream;  // the backend's: plans build on it
   cudnnHandle_t cudnn = nullptr;
   cublasHandle_t cublas = nullptr;
   std::shared_ptr<Allocator> memory;
@@ -108,8 +109,9 @@ class CudaPlan final : public Plan {
   Tensor labels_;  // i32 [N] on the device (forward with labels)
   uint64_t step_ = 0;
   float loss_scale_ = 1.f;
-  Tensor loss_sum_;   // f64 [1]: the forward's summed row losses
-  Tensor bad_label_;  // i32 [1]: set by the loss kernel for a label outside [0, K)
+  Tensor loss_sum_;             // f64 [1]: the forward's summed row losses
+  bool loss_computed_ = false;  // the last forward had labels
+  Tensor bad_label_;            // i32 [1]: set by the loss kernel for a label outside [0, K)
   const GradReady* ready_ = nullptr;
   Tensor workspace_;  // the largest workspace a convolution chose
   Tensor ones_;       // f32 [N] of ones (dense bias gradients)
@@ -154,7 +156,9 @@ class CudaPlan final : public Plan {
     bool reorder, backward;
   };
   mutable std::vector<Timed> timed_;  // profiled steps not yet read
-  void collect_profile() const;
+  // Adds the times of the profiled steps whose events are complete (all of them, waiting,
+  // with `wait`) and frees those events.
+  void collect_profile(bool wait) const;
 };
 
 // The layer families (one file each).
