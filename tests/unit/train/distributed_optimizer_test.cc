@@ -15,6 +15,8 @@
 #include "core/status.h"
 #include "optim/distributed_optimizer.h"
 #include "optim/lr_schedule.h"
+#include "tensor/device_api.h"
+#include "tensor/memory.h"
 #include "linear_model.h"
 #include "thread_collectives.h"
 #include "train/checkpoint.h"
@@ -312,6 +314,40 @@ TEST(DistributedOptimizer, OptionsFromConfig) {
   cfg.set("compression", "bfloat16");
   d = DistributedOptions::from_config(cfg);
   EXPECT_TRUE(d.compress_bf16 && !d.compress_f16);
+}
+
+// Collectives that record what each allreduce is told to wait for.
+class RecordingCollectives final : public Collectives {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allreduce_async(const std::string& name, Tensor, double, double, const Event& ready) override {
+    events.emplace_back(name, ready);
+  }
+  void wait_all(const Stream&) override {}
+  void broadcast(const std::string&, Tensor, int) override {}
+  std::vector<std::pair<std::string, Event>> events;
+};
+
+// A gradient a backward pass never reported (a rank without valid rows zeroes them all
+// on the compute stream) is exchanged after an event of that stream, not a complete one:
+// on a GPU the collectives' stream would read it unordered with the zeroing.
+TEST(DistributedOptimizer, UnreportedGradientsWaitForTheComputeStream) {
+  const Device test{Device::Kind::kTest, 0};
+  Memory memory;
+  OwnedStream stream(test);
+  Tensor host = Tensor::empty({3}, DType::kF32);
+  Tensor w = clone_to(host, *memory.on(test)), g = clone_to(host, *memory.on(test));
+  Optimizer opt(momentum());
+  RecordingCollectives comm;
+  DistributedOptimizer dist(opt, comm, {{"w", w, g}}, {}, stream);
+  dist.gradient_ready(0);  // reported, with the default (complete) event of a CPU backward
+  ASSERT_TRUE(dist.step(0.1));
+  ASSERT_EQ(comm.events.size(), 1u);
+  EXPECT_FALSE(comm.events[0].second.recorded());
+  ASSERT_TRUE(dist.step(0.1));  // nothing reported this pass
+  ASSERT_EQ(comm.events.size(), 2u);
+  EXPECT_TRUE(comm.events[1].second.recorded()) << "an unreported gradient must wait for the compute stream";
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 
 #include "core/status.h"
 #include "thread_collectives.h"
+#include "tensor/device_api.h"
+#include "tensor/memory.h"
 #include "train/evaluation.h"
 
 namespace cohort {
@@ -120,6 +122,40 @@ TEST(Evaluation, AverageMetricsAcrossRanks) {
   });
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_NE(errors[0].find("different metric names"), std::string::npos) << errors[0];
+}
+
+// Logits and labels on a device (the test device: host memory behind the device
+// interface) are counted there, with the same totals as on the host.
+TEST(Evaluation, CountsLogitsAndLabelsOnADevice) {
+  const Device test{Device::Kind::kTest, 0};
+  Memory memory;
+  OwnedStream stream(test);
+  const int64_t n = 5, k = 7;
+  Tensor logits = Tensor::empty({n, k}, DType::kF32);
+  Tensor labels = Tensor::empty({n}, DType::kI32);
+  for (int64_t i = 0; i < n * k; ++i) logits.data_as<float>()[i] = std::sin(0.9f * static_cast<float>(i));
+  for (int64_t i = 0; i < n; ++i) labels.data_as<int32_t>()[i] = static_cast<int32_t>((3 * i) % k);
+  EvalAccumulator host, device, device_logits_only;
+  host.add_batch(logits, labels, 4);
+  const Tensor dl = clone_to(logits, *memory.on(test)), dy = clone_to(labels, *memory.on(test));
+  device.add_batch(dl, dy, 4, stream);
+  device_logits_only.add_batch(dl, labels, 4, stream);  // host labels are copied over
+  for (const EvalAccumulator* a : {&device, &device_logits_only}) {
+    EXPECT_EQ(a->totals().samples, host.totals().samples);
+    EXPECT_EQ(a->totals().top1, host.totals().top1);
+    EXPECT_EQ(a->totals().top5, host.totals().top5);
+    EXPECT_NEAR(a->totals().loss_sum, host.totals().loss_sum, 1e-9);
+  }
+  // A bad label on the device is found (on a host copy) and named.
+  Tensor bad = clone_to(labels, *memory.on(test));
+  labels.data_as<int32_t>()[2] = 9;
+  copy(bad, labels);
+  try {
+    device.add_batch(dl, bad, 4, stream);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("label 9 of sample 2"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
