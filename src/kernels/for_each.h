@@ -29,6 +29,23 @@ int omp_get_num_threads(void);
 void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
 }
 
+// libgomp is not built with ThreadSanitizer, so TSan cannot see that a team's start
+// orders the caller's writes before its members' reads, nor that the join orders theirs
+// before the caller's: parallel_chunks tells it through the TSan runtime's annotations.
+#if defined(__SANITIZE_THREAD__)
+#define COHORT_TSAN_OPENMP 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define COHORT_TSAN_OPENMP 1
+#endif
+#endif
+#ifdef COHORT_TSAN_OPENMP
+extern "C" {
+void __tsan_acquire(void* addr);
+void __tsan_release(void* addr);
+}
+#endif
+
 namespace cohort::kernels {
 
 // Below this many elements a host loop runs on the calling thread alone: waking a
@@ -51,15 +68,27 @@ void parallel_chunks(int threads, int64_t n, const Fn& fn) {
     int64_t n;
     const Fn* fn;
   } work{n, &fn};
+#ifdef COHORT_TSAN_OPENMP
+  __tsan_release(&work);
+#endif
   GOMP_parallel(
       [](void* p) {
+#ifdef COHORT_TSAN_OPENMP
+        __tsan_acquire(p);
+#endif
         const Work& w = *static_cast<const Work*>(p);
         const int64_t parts = omp_get_num_threads(), i = omp_get_thread_num();
         const int64_t chunk = ((w.n + parts - 1) / parts + 15) / 16 * 16;
         const int64_t lo = i * chunk, hi = std::min(w.n, lo + chunk);
         if (lo < hi) (*w.fn)(lo, hi);
+#ifdef COHORT_TSAN_OPENMP
+        __tsan_release(p);
+#endif
       },
       &work, static_cast<unsigned>(threads), 0);
+#ifdef COHORT_TSAN_OPENMP
+  __tsan_acquire(&work);
+#endif
 }
 
 namespace cuda {
