@@ -33,11 +33,11 @@ void GOMP_parallel(void (*fn)(void*), void* data, unsigned num_threads, unsigned
 // orders the caller's writes before its members' reads, nor that the join orders theirs
 // before the caller's: parallel_chunks tells it through the TSan runtime's annotations.
 #if defined(__SANITIZE_THREAD__)
-#define COHORT_TSAN_OPENMP 1
+#  define COHORT_TSAN_OPENMP 1
 #elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define COHORT_TSAN_OPENMP 1
-#endif
+#  if __has_feature(thread_sanitizer)
+#    define COHORT_TSAN_OPENMP 1
+#  endif
 #endif
 #ifdef COHORT_TSAN_OPENMP
 extern "C" {

@@ -1,125 +1,276 @@
 // Element-wise and data-movement work of the layers that need no library primitive,
-// written once for host and device: dropout from the counter-based RNG, leaky relu,
-// sums, block copies (concat, flatten), the ResNet option-A shortcut, fills, and the
-// rows of the softmax cross-entropy. The CUDA backend launches them through
-// kernels::for_each; the CPU backend runs the same functors (or, where it keeps its own
-// vectorised loop, the same math: dropout's masks are kernels::dropout_factor's draws
-// on either). `accumulate` adds to the destination instead of overwriting it (a value
-// whose gradient several consumers contribute to).
+// written once for host and device: dropout from the counter-based RNG, the
+// activations, sums, block copies (concat, flatten), layout and type conversions, the
+// ResNet option-A shortcut, per-channel bias, weight layouts, fills, and the rows of
+// the softmax cross-entropy. The CUDA backend launches them through kernels::for_each; the
+// CPU backend runs the same functors (or, where it keeps its own vectorised loop, the
+// same math: dropout's masks are kernels::dropout_factor's draws on either).
+//
+// Values are stored as S and computed in f32 through a codec C (kernels/reduce.h):
+// float itself, or the 16-bit patterns of f16 and bf16. `accumulate` adds to the
+// destination instead of overwriting it (a value whose gradient several consumers
+// contribute to). Image values are NCHW or NHWC: `Nhwc` tells element positions apart.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/dropout.h"
 #include "kernels/hd.h"
+#include "kernels/reduce.h"
 #include "kernels/softmax_xent.h"
 
 namespace cohort::kernels {
 
+using F32 = PlainCodec<float>;
+
+template <typename S, typename C>
+COHORT_HD void store(S* p, float v, bool accumulate) {
+  *p = C::store(accumulate ? C::load(*p) + v : v);
+}
 COHORT_HD void store(float* p, float v, bool accumulate) { *p = accumulate ? *p + v : v; }
 
+template <typename S = float, typename C = F32>
 struct Fill {
   float value;
-  COHORT_HD void operator()(int64_t i, float* x) const { x[i] = value; }
+  COHORT_HD void operator()(int64_t i, S* x) const { x[i] = C::store(value); }
 };
 
-// y = x × dropout_factor(i): element i of the plain (NCHW or [N, F]) tensor, so that
-// any device draws the same mask for the same (seed, stream).
+// Where element i of an image value sits in NCHW order (the order every device draws
+// dropout masks in and flattens in): i itself for NCHW or [N, F] values, else the
+// NCHW index of NHWC position i. c = channels, hw = height × width (0: NCHW).
+COHORT_HD int64_t nchw_index(int64_t i, int64_t c, int64_t hw) {
+  if (hw == 0) return i;
+  const int64_t ch = i % c, rest = i / c, pos = rest % hw, n = rest / hw;
+  return (n * c + ch) * hw + pos;
+}
+// The other way: where element i of an NCHW value sits in its NHWC form.
+COHORT_HD int64_t nhwc_index(int64_t i, int64_t c, int64_t hw) {
+  if (hw == 0) return i;
+  const int64_t pos = i % hw, rest = i / hw, ch = rest % c, n = rest / c;
+  return (n * hw + pos) * c + ch;
+}
+
+// y = x × dropout_factor(logical index of i).
+template <typename S = float, typename C = F32>
 struct DropoutForward {
   uint64_t stream, seed;
   float p;
-  COHORT_HD void operator()(int64_t i, float* y, const float* x) const {
-    y[i] = x[i] * dropout_factor(static_cast<uint64_t>(i), stream, seed, p);
+  int64_t c = 0, hw = 0;  // NHWC values: channels and pixels; 0: NCHW or [N, F]
+  COHORT_HD void operator()(int64_t i, S* y, const S* x) const {
+    const uint64_t k = static_cast<uint64_t>(nchw_index(i, c, hw));
+    y[i] = C::store(C::load(x[i]) * dropout_factor(k, stream, seed, p));
   }
 };
+template <typename S = float, typename C = F32>
 struct DropoutBackward {
   uint64_t stream, seed;
   float p;
   bool accumulate;
-  COHORT_HD void operator()(int64_t i, float* dx, const float* dy) const {
-    store(dx + i, dy[i] * dropout_factor(static_cast<uint64_t>(i), stream, seed, p), accumulate);
+  int64_t c = 0, hw = 0;
+  COHORT_HD void operator()(int64_t i, S* dx, const S* dy) const {
+    const uint64_t k = static_cast<uint64_t>(nchw_index(i, c, hw));
+    store<S, C>(dx + i, C::load(dy[i]) * dropout_factor(k, stream, seed, p), accumulate);
   }
 };
 
-// max(x, 0) + alpha·min(x, 0), and its gradient from the input.
-struct LeakyReluForward {
+// The activations, forward from x and backward from x and y (relu and leaky relu with
+// alpha: max(x, 0) + alpha·min(x, 0); elu: alpha·(eˣ − 1) below 0; tanh; sigmoid), as
+// the CPU backend computes them.
+enum class Act : uint8_t { kRelu, kElu, kTanh, kSigmoid };
+COHORT_HD float act_forward(Act a, float alpha, float x) {
+  switch (a) {
+    case Act::kRelu:
+      return x > 0.f ? x : alpha * x;
+    case Act::kElu:
+      return x > 0.f ? x : alpha * (expf(x) - 1.f);
+    case Act::kTanh:
+      return tanhf(x);
+    case Act::kSigmoid:
+      return 1.f / (1.f + expf(-x));
+  }
+  return x;
+}
+COHORT_HD float act_backward(Act a, float alpha, float x, float y, float g) {
+  switch (a) {
+    case Act::kRelu:
+      return x > 0.f ? g : alpha * g;
+    case Act::kElu:
+      return x > 0.f ? g : g * alpha * expf(x);
+    case Act::kTanh:
+      return g * (1.f - y * y);
+    case Act::kSigmoid:
+      return g * y * (1.f - y);
+  }
+  return g;
+}
+template <typename S = float, typename C = F32>
+struct ActForward {
+  Act act;
   float alpha;
-  COHORT_HD void operator()(int64_t i, float* y, const float* x) const { y[i] = x[i] > 0.f ? x[i] : alpha * x[i]; }
+  COHORT_HD void operator()(int64_t i, S* y, const S* x) const {
+    y[i] = C::store(act_forward(act, alpha, C::load(x[i])));
+  }
 };
-struct LeakyReluBackward {
+template <typename S = float, typename C = F32>
+struct ActBackward {
+  Act act;
   float alpha;
   bool accumulate;
-  COHORT_HD void operator()(int64_t i, float* dx, const float* dy, const float* x) const {
-    store(dx + i, x[i] > 0.f ? dy[i] : alpha * dy[i], accumulate);
+  COHORT_HD void operator()(int64_t i, S* dx, const S* dy, const S* x, const S* y) const {
+    store<S, C>(dx + i, act_backward(act, alpha, C::load(x[i]), C::load(y[i]), C::load(dy[i])), accumulate);
   }
 };
 
-// y = a + b (and y += c for more inputs).
+// y = a + b (and y += c for more inputs, with CopyTo{true}).
+template <typename S = float, typename C = F32>
 struct Sum2 {
-  COHORT_HD void operator()(int64_t i, float* y, const float* a, const float* b) const { y[i] = a[i] + b[i]; }
+  COHORT_HD void operator()(int64_t i, S* y, const S* a, const S* b) const {
+    y[i] = C::store(C::load(a[i]) + C::load(b[i]));
+  }
 };
 
 // dst = (or +=) src, element-wise.
+template <typename S = float, typename C = F32>
 struct CopyTo {
   bool accumulate;
-  COHORT_HD void operator()(int64_t i, float* dst, const float* src) const { store(dst + i, src[i], accumulate); }
+  COHORT_HD void operator()(int64_t i, S* dst, const S* src) const {
+    if (accumulate)
+      store<S, C>(dst + i, C::load(src[i]), true);
+    else
+      dst[i] = src[i];
+  }
+};
+
+// dst = (or +=) src from one storage type to another, reordering NCHW ↔ NHWC on the way
+// when asked (element i indexes the destination; c = channels, hw = pixels per
+// channel): casts at a layer boundary, a cast value's gradient sent back, and values
+// read out in the caller's layout.
+enum class Reorder : uint8_t { kNone, kToNhwc, kToNchw };
+template <typename D, typename DC, typename S, typename SC>
+struct Convert {
+  bool accumulate;
+  Reorder reorder = Reorder::kNone;
+  int64_t c = 0, hw = 0;
+  COHORT_HD void operator()(int64_t i, D* dst, const S* src) const {
+    const int64_t j = reorder == Reorder::kToNhwc   ? nchw_index(i, c, hw)
+                      : reorder == Reorder::kToNchw ? nhwc_index(i, c, hw)
+                                                    : i;
+    store<D, DC>(dst + i, SC::load(src[j]), accumulate);
+  }
 };
 
 // A block copy between pitched rows: element i is (row i / width, column i % width);
 // dst[row·dst_pitch + col] = (or +=) src[row·src_pitch + col]. Concat writes each input
 // into its channel range this way (NCHW: rows of C_i·H·W; NHWC: rows of C_i).
+template <typename S = float, typename C = F32>
 struct CopyRows {
   int64_t width, dst_pitch, src_pitch;
   bool accumulate;
-  COHORT_HD void operator()(int64_t i, float* dst, const float* src) const {
+  COHORT_HD void operator()(int64_t i, S* dst, const S* src) const {
     const int64_t row = i / width, col = i % width;
-    store(dst + row * dst_pitch + col, src[row * src_pitch + col], accumulate);
+    S* d = dst + row * dst_pitch + col;
+    const S s = src[row * src_pitch + col];
+    if (accumulate)
+      store<S, C>(d, C::load(s), true);
+    else
+      *d = s;
   }
 };
 
-// NCHW ↔ NHWC for a batch [n, c, h, w]: element i indexes the destination.
-struct ToNhwc {  // dst NHWC, src NCHW
-  int64_t c, hw;
-  COHORT_HD void operator()(int64_t i, float* dst, const float* src) const {
-    const int64_t ch = i % c, rest = i / c, pos = rest % hw, n = rest / hw;
-    dst[i] = src[(n * c + ch) * hw + pos];
+// The ResNet option-A shortcut: y[n, c + pad, h, w] = x[n, c, s·h, s·w], the other
+// channels 0 (element i indexes y); backward is its transpose (element i indexes dx;
+// positions not sampled get 0). `nhwc` says how both are stored.
+struct ShortcutGeometry {
+  int64_t ci, hi, wi, co, ho, wo, stride, pad;
+  bool nhwc = false;
+  // The flat index of (n, c, h, w) in a value of c_ channels and h_ × w_ pixels.
+  COHORT_HD int64_t at(int64_t n, int64_t c, int64_t h, int64_t w, int64_t c_, int64_t h_, int64_t w_) const {
+    return nhwc ? ((n * h_ + h) * w_ + w) * c_ + c : ((n * c_ + c) * h_ + h) * w_ + w;
+  }
+  // (n, c, h, w) of flat index i in such a value.
+  COHORT_HD void coords(int64_t i, int64_t c_, int64_t h_, int64_t w_, int64_t& n, int64_t& c, int64_t& h,
+                        int64_t& w) const {
+    if (nhwc) {
+      c = i % c_;
+      w = (i / c_) % w_;
+      h = (i / (c_ * w_)) % h_;
+      n = i / (c_ * w_ * h_);
+    } else {
+      w = i % w_;
+      h = (i / w_) % h_;
+      c = (i / (w_ * h_)) % c_;
+      n = i / (w_ * h_ * c_);
+    }
   }
 };
-struct ToNchw {  // dst NCHW, src NHWC
-  int64_t c, hw;
-  bool accumulate;
-  COHORT_HD void operator()(int64_t i, float* dst, const float* src) const {
-    const int64_t pos = i % hw, rest = i / hw, ch = rest % c, n = rest / c;
-    store(dst + i, src[(n * hw + pos) * c + ch], accumulate);
-  }
-};
-
-// The ResNet option-A shortcut on NCHW: y[n, c + pad, h, w] = x[n, c, s·h, s·w], the
-// other channels 0 (element i indexes y); backward is its transpose (element i
-// indexes dx; positions not sampled get 0).
+template <typename S = float, typename C = F32>
 struct ShortcutAForward {
-  int64_t ci, hi, wi, co, ho, wo, stride, pad;
-  COHORT_HD void operator()(int64_t i, float* y, const float* x) const {
-    const int64_t w = i % wo, h = (i / wo) % ho, c = (i / (wo * ho)) % co, n = i / (wo * ho * co);
-    const int64_t cx = c - pad;
-    y[i] = cx >= 0 && cx < ci ? x[((n * ci + cx) * hi + h * stride) * wi + w * stride] : 0.f;
+  ShortcutGeometry g;
+  COHORT_HD void operator()(int64_t i, S* y, const S* x) const {
+    int64_t n, c, h, w;
+    g.coords(i, g.co, g.ho, g.wo, n, c, h, w);
+    const int64_t cx = c - g.pad;
+    y[i] = cx >= 0 && cx < g.ci ? x[g.at(n, cx, h * g.stride, w * g.stride, g.ci, g.hi, g.wi)] : C::store(0.f);
   }
 };
+template <typename S = float, typename C = F32>
 struct ShortcutABackward {
-  int64_t ci, hi, wi, co, ho, wo, stride, pad;
+  ShortcutGeometry g;
   bool accumulate;
-  COHORT_HD void operator()(int64_t i, float* dx, const float* dy) const {
-    const int64_t w = i % wi, h = (i / wi) % hi, c = (i / (wi * hi)) % ci, n = i / (wi * hi * ci);
+  COHORT_HD void operator()(int64_t i, S* dx, const S* dy) const {
+    int64_t n, c, h, w;
+    g.coords(i, g.ci, g.hi, g.wi, n, c, h, w);
     float v = 0.f;
-    if (h % stride == 0 && w % stride == 0 && h / stride < ho && w / stride < wo)
-      v = dy[((n * co + c + pad) * ho + h / stride) * wo + w / stride];
-    store(dx + i, v, accumulate);
+    if (h % g.stride == 0 && w % g.stride == 0 && h / g.stride < g.ho && w / g.stride < g.wo)
+      v = C::load(dy[g.at(n, c + g.pad, h / g.stride, w / g.stride, g.co, g.ho, g.wo)]);
+    store<S, C>(dx + i, v, accumulate);
+  }
+};
+
+// y[.., c, ..] += b[c] for a value of `channels` channels: NCHW (hw = pixels per
+// channel; 1 for [N, F]) or NHWC (hw = 0: the channel is the fastest index).
+template <typename S = float, typename C = F32>
+struct AddBias {
+  int64_t channels, hw;
+  COHORT_HD void operator()(int64_t i, S* y, const float* b) const {
+    const int64_t c = hw == 0 ? i % channels : (i / hw) % channels;
+    y[i] = C::store(C::load(y[i]) + b[c]);
+  }
+};
+// Conv weights: the f32 master in OIHW to the layout and type the convolution reads
+// (OIHW, or OHWI for NHWC tensors: cuDNN's KRSC), element i indexing the destination;
+// and a gradient in that layout back to OIHW f32 (element i indexing the OIHW one).
+template <typename S = float, typename C = F32>
+struct WeightsFromOihw {
+  int64_t k, c, rs;  // out channels, in channels (per group), kernel pixels
+  bool ohwi;
+  COHORT_HD void operator()(int64_t i, S* dst, const float* w) const {
+    int64_t src = i;
+    if (ohwi) {
+      const int64_t ch = i % c, pos = (i / c) % rs, o = i / (c * rs);
+      src = (o * c + ch) * rs + pos;
+    }
+    dst[i] = C::store(w[src]);
+  }
+};
+template <typename S = float, typename C = F32>
+struct GradToOihw {
+  int64_t k, c, rs;
+  bool ohwi;
+  COHORT_HD void operator()(int64_t i, float* dw, const S* g) const {
+    int64_t src = i;
+    if (ohwi) {
+      const int64_t pos = i % rs, ch = (i / rs) % c, o = i / (rs * c);
+      src = (o * rs + pos) * c + ch;
+    }
+    dw[i] = C::load(g[src]);
   }
 };
 
 // One row (sample) of the softmax cross-entropy: its loss into row_loss[i] and, when
 // grad is set, grad_scale × (softmax − target) into its gradient row. A label outside
-// [0, k) sets *bad_label and leaves the row's loss at 0.
+// [0, k) sets *bad_label and leaves the row's loss and gradient at 0.
 struct SoftmaxXentRows {
   const float* logits;
   const int32_t* labels;

@@ -63,6 +63,13 @@ std::vector<NamedTensor> LossScaler::export_state() const {
   return {{"loss_scale/good_steps", good}, {"loss_scale/scale", scale}};
 }
 
+void LossScaler::set_state(double scale, int64_t good_steps) {
+  require(std::isfinite(scale) && scale > 0, "loss scaler state: scale ", scale, " is not finite and > 0");
+  require(good_steps >= 0, "loss scaler state: good_steps ", good_steps, " is negative");
+  scale_ = scale;
+  good_steps_ = good_steps;
+}
+
 void LossScaler::import_state(std::span<const NamedTensor> state) {
   bool have_scale = false, have_good = false;
   for (const NamedTensor& e : state) {

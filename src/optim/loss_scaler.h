@@ -45,6 +45,9 @@ class LossScaler {
   // "loss_scale/scale" (f64[1]) and "loss_scale/good_steps" (i64[1]) for checkpoints.
   std::vector<NamedTensor> export_state() const;
   void import_state(std::span<const NamedTensor> state);
+  // The same state as numbers (a checkpoint's metadata); throws kInvalidArgument for a
+  // scale that is not finite and > 0 or a negative count.
+  void set_state(double scale, int64_t good_steps);
 
  private:
   LossScalerOptions options_;

@@ -14,7 +14,9 @@ class ReplicatedExchange final : public Exchange {
       : comm_(s.comm),
         roles_(s.roles),
         rank_(s.engine.rank()),
-        dist_(s.optimizer, s.comm, std::move(s.params), s.options, s.stream) {}
+        dist_(s.optimizer, s.comm, std::move(s.params), s.options, s.stream) {
+    dist_.set_loss_scaler(s.scaler);
+  }
 
   void gradient_ready(size_t index, const Event& ready) override { dist_.gradient_ready(index, ready); }
   bool step(double lr) override { return dist_.step(lr); }
@@ -54,6 +56,8 @@ std::unique_ptr<Exchange> make_exchange(ExchangeSetup setup) {
     require(!setup.options.compressed(), "compression=", setup.options.compress_f16 ? "f16" : "bf16",
             " compresses the allreduce of variable_update=replicated; variable_update=", name,
             " cannot use it (set compression=none)");
+    require(setup.scaler == nullptr, "precision=f16 trains with dynamic loss scaling, which variable_update=", name,
+            " does not apply; use precision=bf16 (no loss scaling) or variable_update=replicated");
     require(setup.options.gradient_predivide_factor == 1.0,
             "gradient_predivide_factor scales the allreduce of variable_update=replicated; variable_update=", name,
             " cannot use it (leave it at 1)");

@@ -70,6 +70,9 @@ struct ExchangeSetup {
   Roles roles;
   DistributedOptions options;
   Stream stream;  // the model's compute stream: the update runs on it
+  // Dynamic loss scaling (precision=f16; borrowed, may be null): the averaged gradients
+  // are unscaled before the update, which is skipped on every rank after an overflow.
+  LossScaler* scaler = nullptr;
 };
 
 // Throws kInvalidArgument for an option the mode cannot honour (compression,

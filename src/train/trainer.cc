@@ -1,8 +1,10 @@
 #include "train/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
+#include "backend/precision.h"
 #include "core/status.h"
 #include "core/strings.h"
 #include "train/agreement.h"
@@ -23,28 +25,6 @@ Tensor first_rows(const Tensor& t, int64_t rows) {
   return Tensor::wrap(t.data(), shape, t.dtype(), t.device(), t.strides());
 }
 
-// What rank 0 found in a checkpoint directory, as every rank receives it.
-struct SavedHead {
-  bool found = false;
-  RunPosition position;
-
-  Tensor pack() const {
-    Tensor t = Tensor::empty({6}, DType::kI64);
-    int64_t* v = t.data_as<int64_t>();
-    v[0] = found ? 1 : 0;
-    v[1] = position.epoch;
-    v[2] = position.step;
-    v[3] = position.pipeline_epoch;
-    v[4] = position.pipeline_step;
-    v[5] = position.saved_ranks;
-    return t;
-  }
-  static SavedHead unpack(const Tensor& t) {
-    const int64_t* v = t.data_as<int64_t>();
-    return {v[0] != 0, {v[1], v[2], v[3], v[4], v[5]}};
-  }
-};
-
 // A positive integer of a checkpoint's metadata, or 0 when it is missing or not one.
 int64_t metadata_int(const Checkpoint& ck, const std::string& key) {
   const auto it = ck.metadata.find(key);
@@ -54,6 +34,35 @@ int64_t metadata_int(const Checkpoint& ck, const std::string& key) {
 }
 
 }  // namespace
+
+// What rank 0 found in a checkpoint directory, as every rank receives it.
+struct Trainer::SavedHead {
+  bool found = false;
+  RunPosition position;
+  double loss_scale = 0;  // the loss scaler's state (f16 runs; 0: none saved)
+  int64_t good_steps = 0;
+
+  Tensor pack() const {
+    Tensor t = Tensor::empty({8}, DType::kI64);
+    int64_t* v = t.data_as<int64_t>();
+    v[0] = found ? 1 : 0;
+    v[1] = position.epoch;
+    v[2] = position.step;
+    v[3] = position.pipeline_epoch;
+    v[4] = position.pipeline_step;
+    v[5] = position.saved_ranks;
+    std::memcpy(&v[6], &loss_scale, sizeof loss_scale);
+    v[7] = good_steps;
+    return t;
+  }
+  static SavedHead unpack(const Tensor& t) {
+    const int64_t* v = t.data_as<int64_t>();
+    SavedHead h{v[0] != 0, {v[1], v[2], v[3], v[4], v[5]}};
+    std::memcpy(&h.loss_scale, &v[6], sizeof h.loss_scale);
+    h.good_steps = v[7];
+    return h;
+  }
+};
 
 RunPosition rescale_position(const RunPosition& position, const StepShape& saved, const StepShape& now,
                              int64_t pipeline_steps_per_epoch) {
@@ -75,7 +84,7 @@ RunPosition rescale_position(const RunPosition& position, const StepShape& saved
 Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(std::move(model)), config_(config) {
   Runtime& rt = model_->runtime();
   rt.check_open("creating an optimizer");
-  check_precision(config_);
+  check_precision(config_, rt.device());
   const Roles roles = Roles::from_config(config_, rt.size());
   global_batch_ = roles.update_batch(config_.get_int("batch_size") * config_.get_int("backward_passes_per_step"));
   optimizer_ = std::make_unique<Optimizer>(OptimizerOptions::from_config(config_));
@@ -85,8 +94,12 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(st
   model_->materialize();
   std::vector<ParamGrad> params;
   for (const Parameter& p : model_->graph().params()) params.push_back({p.name, p.value, p.grad});
+  const std::string scaling = config_.get_string("loss_scaling");
+  if (scaling == "dynamic" ||
+      (scaling == "auto" && backend::needs_loss_scaling(backend::parse_precision(config_.get_string("precision")))))
+    scaler_ = std::make_unique<LossScaler>(LossScalerOptions{.initial_scale = config_.get_float("loss_scale_init")});
   exchange_ = make_exchange({rt.engine(), *comm_, index, *optimizer_, std::move(params), roles,
-                             DistributedOptions::from_config(config_), model_->stream()});
+                             DistributedOptions::from_config(config_), model_->stream(), scaler_.get()});
   // Validate the schedule's options now when the run's length is not needed for it.
   try {
     lr_schedule();
@@ -156,6 +169,7 @@ StepStats Trainer::train_step(const Tensor& images, const Tensor& labels, int64_
   Graph& graph = model_->graph();
   graph.set_step(
       static_cast<uint64_t>(optimizer_->steps() * config_.get_int("backward_passes_per_step") + exchange_->pass()));
+  if (scaler_) graph.set_loss_scale(static_cast<float>(scaler_->scale()));
   if (valid > 0) {
     st.loss = model_->forward_backward(first_rows(images, valid), first_rows(labels, valid));
   } else {
@@ -198,19 +212,31 @@ void Trainer::save_checkpoint(const std::string& dir, const RunPosition& positio
     ck.metadata["ranks"] = std::to_string(shape.ranks);
     ck.metadata["batch_size"] = std::to_string(shape.batch_size);
     ck.metadata["backward_passes_per_step"] = std::to_string(shape.passes);
+    if (scaler_) {
+      ck.metadata["loss_scale"] = format_double(scaler_->scale());
+      ck.metadata["loss_scale_good_steps"] = std::to_string(scaler_->good_steps());
+    }
     for (const NamedTensor& t : model_tensors()) ck.params.push_back({t.name, clone_host(t.tensor)});
     store_optimizer_state(ck, *optimizer_);
     CheckpointDir(dir, static_cast<int>(config_.get_int("keep_checkpoints"))).save(ck);
   });
 }
 
-void Trainer::restore_on_root(const std::string& dir, RunPosition& position, bool& found) {
+void Trainer::restore_on_root(const std::string& dir, SavedHead& head) {
   auto file = CheckpointDir(dir).latest();
   if (!file) return;
   Checkpoint ck = read_checkpoint(*file);
   restore_parameters(ck, model_->name(), model_tensors(), *file);
   restore_optimizer_state(ck, *optimizer_, *file);
-  found = true;
+  if (scaler_ && ck.metadata.count("loss_scale")) {
+    const std::optional<double> scale = parse_double(ck.metadata["loss_scale"]);
+    require(scale && std::isfinite(*scale) && *scale > 0, "checkpoint ", *file, ": metadata loss_scale '",
+            ck.metadata["loss_scale"], "' is not a finite number > 0");
+    head.loss_scale = *scale;
+    head.good_steps = metadata_int(ck, "loss_scale_good_steps");
+  }
+  head.found = true;
+  RunPosition& position = head.position;
   position = {ck.epoch, ck.step, ck.pipeline_epoch, ck.pipeline_step, metadata_int(ck, "ranks")};
   StepShape saved{metadata_int(ck, "batch_size"), position.saved_ranks, metadata_int(ck, "backward_passes_per_step")};
   const StepShape now = step_shape();
@@ -231,11 +257,12 @@ std::optional<RunPosition> Trainer::load_checkpoint(const std::string& dir) {
   require(!dir.empty(), "dir is empty");
   SavedHead head;
   run_on_root_and_agree(*comm_, "checkpoint/load", 0, cat("load the checkpoint in '", dir, "'"),
-                        [&] { restore_on_root(dir, head.position, head.found); });
+                        [&] { restore_on_root(dir, head); });
   Tensor packed = head.pack();
   comm_->broadcast("checkpoint/head", packed, 0);
   head = SavedHead::unpack(packed);
   if (!head.found) return std::nullopt;
+  if (scaler_ && head.loss_scale > 0) scaler_->set_state(head.loss_scale, head.good_steps);
   broadcast(0);
   return head.position;
 }

@@ -107,12 +107,17 @@ class Trainer {
   // the learning-rate schedule follows, and the pipeline position.
   std::optional<RunPosition> load_checkpoint(const std::string& dir);
 
+  // The loss scale the next backward pass uses (dynamic loss scaling: precision=f16 or
+  // loss_scaling=dynamic); 0 when the run does not scale its loss.
+  double loss_scale() const { return scaler_ ? scaler_->scale() : 0.0; }
+
  private:
   void check_open() const;
   const LrSchedule& lr_schedule();
   // Parameters and batch-norm statistics, as checkpoints name them.
   std::vector<NamedTensor> model_tensors() const;
-  void restore_on_root(const std::string& dir, RunPosition& position, bool& found);
+  struct SavedHead;
+  void restore_on_root(const std::string& dir, SavedHead& head);
   StepShape step_shape() const;
 
   std::shared_ptr<Model> model_;  // kept alive: the trainer writes into it
@@ -122,6 +127,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<EngineCollectives> comm_;
   std::unique_ptr<Exchange> exchange_;
+  std::unique_ptr<LossScaler> scaler_;  // precision=f16 only
   std::optional<LrSchedule> schedule_;
   uint64_t hook_token_ = 0;
   std::unique_ptr<instrument::OptimizerTrace> trace_;  // instrument_dir only

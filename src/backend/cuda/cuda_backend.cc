@@ -1,7 +1,7 @@
 // The CUDA backend: cuDNN and cuBLAS handles on one device, its compute stream, the
 // algorithm cache its plans share, and the f32 math policy (backend/math_policy.h),
-// applied to cuBLAS here and to each convolution by its plan. Its plans:
-// backend/cuda/plan.h.
+// applied to cuBLAS here and to each convolution by its plan. Its plans train at f32,
+// f16 and bf16 (bf16 from compute capability 8.0): backend/cuda/plan.h.
 #include "backend/backend.h"
 #include "core/status.h"
 
@@ -57,6 +57,9 @@ class CudaBackend final : public Backend {
   Stream stream() const override { return stream_.get(); }
   std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings, const PlanOptions& options) override {
     require(options.batch > 0, "batch size must be positive, got ", options.batch);
+    if (options.precision == Precision::kBF16 && major_ < 8)
+      fail(Code::kUnsupported, "precision=bf16 is not available on ", name(), " (", gpu_name_, ", sm_", major_, minor_,
+           "): it needs compute capability 8.0 or newer (bf16 tensor cores). Use precision=f16 or f32 on it");
     check_bindings(spec, bindings, device());
     return std::make_unique<cuda::CudaPlan>(ctx_, spec, bindings, options);
   }

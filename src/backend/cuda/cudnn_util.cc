@@ -24,9 +24,22 @@ void check(cublasStatus_t rc, const char* call) {
   fail(Code::kCublas, call, " failed: ", cublasGetStatusString(rc), " (status ", int(rc), ")");
 }
 
-TensorDesc tensor_desc(const Desc4& d) {
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return CUDNN_DATA_FLOAT;
+    case DType::kF16:
+      return CUDNN_DATA_HALF;
+    case DType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      fail(Code::kInternal, "cuDNN values are f32, f16 or bf16, not ", dtype_name(t));
+  }
+}
+
+TensorDesc tensor_desc(const Desc4& d, DType dtype) {
   TensorDesc t;
-  check(cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, 4, d.dims.data(), d.strides.data()),
+  check(cudnnSetTensorNdDescriptor(t, cudnn_type(dtype), 4, d.dims.data(), d.strides.data()),
         "cudnnSetTensorNdDescriptor");
   return t;
 }

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/tensor_layout.h"
 #include "core/status.h"
+#include "tensor/dtype.h"
 
 namespace cohort::backend::cuda {
 
@@ -44,13 +45,12 @@ using TensorDesc = Descriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescript
 using FilterDesc = Descriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
 using ConvDesc =
     Descriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
-using PoolDesc = Descriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
-using ActDesc =
-    Descriptor<cudnnActivationDescriptor_t, cudnnCreateActivationDescriptor, cudnnDestroyActivationDescriptor>;
 using LrnDesc = Descriptor<cudnnLRNDescriptor_t, cudnnCreateLRNDescriptor, cudnnDestroyLRNDescriptor>;
 
-// An f32 tensor descriptor of `d`.
-TensorDesc tensor_desc(const Desc4& d);
+// cuDNN's name for f32, f16 or bf16.
+cudnnDataType_t cudnn_type(DType t);
+// A tensor descriptor of `d` holding `dtype` (f32, f16 or bf16).
+TensorDesc tensor_desc(const Desc4& d, DType dtype = DType::kF32);
 
 // The scaling factors cuDNN and cuBLAS read from host memory.
 inline constexpr float kOne = 1.f, kZero = 0.f;

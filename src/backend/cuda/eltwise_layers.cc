@@ -1,6 +1,6 @@
-// Element-wise layers: relu, elu, tanh and sigmoid on cuDNN's activations; leaky relu,
-// dropout and add on the kernels/ functors (dropout draws kernels::dropout_factor's
-// masks, the CPU backend's).
+// Element-wise layers on the kernels/ functors, in the layer's type: the activations
+// (relu, leaky relu, elu, tanh, sigmoid: kernels::act_forward, the CPU backend's math),
+// dropout (kernels::dropout_factor's masks, the CPU backend's) and add.
 #include "backend/cuda/plan.h"
 #include "kernels/for_each.h"
 #include "kernels/layer_ops.h"
@@ -8,69 +8,59 @@
 namespace cohort::backend::cuda {
 namespace {
 
+kernels::Act act_of(const LayerSpec& spec) {
+  switch (spec.act) {
+    case ActKind::kRelu:
+    case ActKind::kLeakyRelu:
+      return kernels::Act::kRelu;
+    case ActKind::kElu:
+      return kernels::Act::kElu;
+    case ActKind::kTanh:
+      return kernels::Act::kTanh;
+    case ActKind::kSigmoid:
+      return kernels::Act::kSigmoid;
+  }
+  fail(Code::kInternal, "layer '", spec.name, "': unknown activation ", static_cast<int>(spec.act));
+}
+
 class ActLayer final : public CudaLayer {
  public:
   using CudaLayer::CudaLayer;
 
   void build_forward() override {
-    out().out = plan_.alloc(Shape(out().desc.dims.begin(), out().desc.dims.end()));
-    leaky_ = spec_.act == ActKind::kLeakyRelu;
-    if (leaky_) {
+    alloc_out();
+    act_ = act_of(spec_);
+    // relu is leaky relu with slope 0; elu's alpha is its scale below 0
+    alpha_ = spec_.act == ActKind::kLeakyRelu || spec_.act == ActKind::kElu ? spec_.alpha : 0.f;
+    with_type(dtype(), [&]<typename S, typename C>() {
       fwd.push_back({[this] {
-        kernels::for_each(cstream(), out().numel(), kernels::LeakyReluForward{spec_.alpha}, out().x(),
-                          static_cast<const float*>(in().x()));
+        kernels::for_each(cstream(), out().numel(), kernels::ActForward<S, C>{act_, alpha_}, out().xs<S>(),
+                          in().cxs<S>());
       }});
-      return;
-    }
-    cudnnActivationMode_t mode = CUDNN_ACTIVATION_RELU;
-    double coef = 0;
-    switch (spec_.act) {
-      case ActKind::kRelu:
-      case ActKind::kLeakyRelu:
-        break;
-      case ActKind::kElu:
-        mode = CUDNN_ACTIVATION_ELU;
-        coef = spec_.alpha;
-        break;
-      case ActKind::kTanh:
-        mode = CUDNN_ACTIVATION_TANH;
-        break;
-      case ActKind::kSigmoid:
-        mode = CUDNN_ACTIVATION_SIGMOID;
-        break;
-    }
-    check(cudnnSetActivationDescriptor(act_, mode, CUDNN_NOT_PROPAGATE_NAN, coef), "cudnnSetActivationDescriptor");
-    fwd.push_back({[this] {
-      check(cudnnActivationForward(ctx().cudnn, act_, &kOne, in().td, in().x(), &kZero, out().td, out().x()),
-            "cudnnActivationForward");
-    }});
+    });
   }
 
   void build_backward() override {
     plan_.grad_read(bwd, out());
     if (in().needs_grad) {
       const bool acc = plan_.grad_write(bwd, in());
-      bwd.push_back({[this, acc] {
-        if (leaky_) {
-          kernels::for_each(cstream(), in().numel(), kernels::LeakyReluBackward{spec_.alpha, acc}, in().dx(),
-                            static_cast<const float*>(out().dx()), static_cast<const float*>(in().x()));
-          return;
-        }
-        check(cudnnActivationBackward(ctx().cudnn, act_, &kOne, out().td, out().x(), out().td, out().dx(), in().td,
-                                      in().x(), beta_for(acc), in().td, in().dx()),
-              "cudnnActivationBackward");
-      }});
+      with_type(dtype(), [&]<typename S, typename C>() {
+        bwd.push_back({[this, acc] {
+          kernels::for_each(cstream(), in().numel(), kernels::ActBackward<S, C>{act_, alpha_, acc}, in().dxs<S>(),
+                            out().cdxs<S>(), in().cxs<S>(), out().cxs<S>());
+        }});
+      });
     }
     plan_.grad_done(bwd, out());
   }
 
  private:
-  bool leaky_ = false;
-  ActDesc act_;
+  kernels::Act act_ = kernels::Act::kRelu;
+  float alpha_ = 0.f;
 };
 
 // Dropout's stream of draws is (step << 20) ^ layer, as on the CPU, and element i of
-// the mask is element i of the NCHW value.
+// the mask is element i of the NCHW value whatever the layout (kernels::nchw_index).
 class DropoutLayer final : public CudaLayer {
  public:
   using CudaLayer::CudaLayer;
@@ -81,32 +71,37 @@ class DropoutLayer final : public CudaLayer {
       fwd.push_back({[this] { out().out = in().out; }});
       return;
     }
-    out().out = plan_.alloc(Shape(out().desc.dims.begin(), out().desc.dims.end()));
-    fwd.push_back({[this] {
-      kernels::for_each(cstream(), out().numel(), kernels::DropoutForward{draws(), plan_.opt_.seed, spec_.p}, out().x(),
-                        static_cast<const float*>(in().x()));
-    }});
+    alloc_out();
+    with_type(dtype(), [&]<typename S, typename C>() {
+      fwd.push_back({[this] {
+        const kernels::DropoutForward<S, C> f{draws(), plan_.opt_.seed, spec_.p, channels(), pixels()};
+        kernels::for_each(cstream(), out().numel(), f, out().xs<S>(), in().cxs<S>());
+      }});
+    });
   }
 
   void build_backward() override {
     plan_.grad_read(bwd, out());
     if (in().needs_grad) {
       const bool acc = plan_.grad_write(bwd, in());
-      bwd.push_back({[this, acc] {
-        if (identity_) {
-          kernels::for_each(cstream(), in().numel(), kernels::CopyTo{acc}, in().dx(),
-                            static_cast<const float*>(out().dx()));
-          return;
-        }
-        kernels::for_each(cstream(), in().numel(), kernels::DropoutBackward{draws(), plan_.opt_.seed, spec_.p, acc},
-                          in().dx(), static_cast<const float*>(out().dx()));
-      }});
+      with_type(dtype(), [&]<typename S, typename C>() {
+        bwd.push_back({[this, acc] {
+          if (identity_) {
+            kernels::for_each(cstream(), in().numel(), kernels::CopyTo<S, C>{acc}, in().dxs<S>(), out().cdxs<S>());
+            return;
+          }
+          const kernels::DropoutBackward<S, C> f{draws(), plan_.opt_.seed, spec_.p, acc, channels(), pixels()};
+          kernels::for_each(cstream(), in().numel(), f, in().dxs<S>(), out().cdxs<S>());
+        }});
+      });
     }
     plan_.grad_done(bwd, out());
   }
 
  private:
   uint64_t draws() const { return (plan_.step_ << 20) ^ static_cast<uint64_t>(index_); }
+  int64_t channels() const { return out().nhwc_hw() > 0 ? out().desc.dims[1] : 0; }
+  int64_t pixels() const { return out().nhwc_hw(); }
   bool identity_ = false;
 };
 
@@ -115,15 +110,15 @@ class AddLayer final : public CudaLayer {
   using CudaLayer::CudaLayer;
 
   void build_forward() override {
-    out().out = plan_.alloc(Shape(out().desc.dims.begin(), out().desc.dims.end()));
-    fwd.push_back({[this] {
-      const int64_t n = out().numel();
-      kernels::for_each(cstream(), n, kernels::Sum2{}, out().x(), static_cast<const float*>(in(0).x()),
-                        static_cast<const float*>(in(1).x()));
-      for (size_t k = 2; k < spec_.inputs.size(); ++k)
-        kernels::for_each(cstream(), n, kernels::CopyTo{true}, out().x(),
-                          static_cast<const float*>(in(static_cast<int>(k)).x()));
-    }});
+    alloc_out();
+    with_type(dtype(), [&]<typename S, typename C>() {
+      fwd.push_back({[this] {
+        const int64_t n = out().numel();
+        kernels::for_each(cstream(), n, kernels::Sum2<S, C>{}, out().xs<S>(), in(0).cxs<S>(), in(1).cxs<S>());
+        for (size_t k = 2; k < spec_.inputs.size(); ++k)
+          kernels::for_each(cstream(), n, kernels::CopyTo<S, C>{true}, out().xs<S>(), in(static_cast<int>(k)).cxs<S>());
+      }});
+    });
   }
 
   void build_backward() override {
@@ -132,10 +127,11 @@ class AddLayer final : public CudaLayer {
       DVal& v = in(static_cast<int>(k));
       if (!v.needs_grad) continue;
       const bool acc = plan_.grad_write(bwd, v);
-      DVal* p = &v;
-      bwd.push_back({[this, p, acc] {
-        kernels::for_each(cstream(), p->numel(), kernels::CopyTo{acc}, p->dx(), static_cast<const float*>(out().dx()));
-      }});
+      with_type(dtype(), [&]<typename S, typename C>() {
+        bwd.push_back({[this, p = &v, acc] {
+          kernels::for_each(cstream(), p->numel(), kernels::CopyTo<S, C>{acc}, p->dxs<S>(), out().cdxs<S>());
+        }});
+      });
     }
     plan_.grad_done(bwd, out());
   }

@@ -1,4 +1,5 @@
-// The loss: softmax cross-entropy with label smoothing, one row per sample on the
+// The loss: softmax cross-entropy with label smoothing in f32 at every precision (the
+// logits of a reduced-precision net are cast), one row per sample on the
 // kernels/softmax_xent.h math the CPU backend runs, the rows' losses summed by
 // kernels::reduce_into into a device scalar that loss() reads back.
 #include "backend/cuda/plan.h"
@@ -18,7 +19,7 @@ class SoftmaxXentLayer final : public CudaLayer {
       plan_.loss_computed_ = plan_.labels_.defined() && plan_.labels_.numel() > 0;
       if (!plan_.loss_computed_) return;  // inference of the logits only
       zero(plan_.loss_sum_, cstream());
-      const kernels::SoftmaxXentLoss f{in().x(), plan_.labels_.data_as<int32_t>(), in().desc.dims[1],
+      const kernels::SoftmaxXentLoss f{in().cxs<float>(), plan_.labels_.data_as<int32_t>(), in().desc.dims[1],
                                        spec_.label_smoothing, plan_.bad_label_.data_as<int32_t>()};
       kernels::reduce_into(cstream(), in().desc.dims[0], f, kernels::Plus{}, plan_.loss_sum_.data_as<double>());
     }});
@@ -31,9 +32,10 @@ class SoftmaxXentLayer final : public CudaLayer {
       require(plan_.labels_.defined() && plan_.labels_.numel() > 0, "layer '", spec_.name,
               "': backward needs the labels of the forward");
       const int64_t n = in().desc.dims[0];
-      const kernels::SoftmaxXentRows f{
-          in().x(),  plan_.labels_.data_as<int32_t>(),          in().desc.dims[1], spec_.label_smoothing,
-          in().dx(), plan_.loss_scale_ / static_cast<float>(n), nullptr,           plan_.bad_label_.data_as<int32_t>()};
+      const kernels::SoftmaxXentRows f{in().cxs<float>(), plan_.labels_.data_as<int32_t>(),
+                                       in().desc.dims[1], spec_.label_smoothing,
+                                       in().dxs<float>(), plan_.loss_scale_ / static_cast<float>(n),
+                                       nullptr,           plan_.bad_label_.data_as<int32_t>()};
       kernels::for_each(cstream(), n, f);
     }});
   }

@@ -1,7 +1,9 @@
 // Batch norm (cuDNN's spatial batch norm: per channel over N, H, W, or per feature over
-// N for [N, F] values; the running statistics follow momentum with the unbiased
-// variance, as the CPU backend's do) and LRN across channels (cuDNN; alpha is divided
-// by the window size, as oneDNN and PyTorch do).
+// N for [N, F] values, in either layout; values of f32 or f16 (bf16 plans normalize in
+// f32) with scale, shift and statistics in f32; the running statistics follow momentum with the unbiased
+// variance, as the CPU backend's do) and LRN across channels (cuDNN, in f32 NCHW at
+// every precision: its value is cast around it; alpha is divided by the window size,
+// as oneDNN and PyTorch do).
 #include "backend/cuda/plan.h"
 
 namespace cohort::backend::cuda {
@@ -9,13 +11,20 @@ namespace {
 
 class BatchNormLayer final : public CudaLayer {
  public:
-  using CudaLayer::CudaLayer;
+  // cuDNN's batch norm takes f16 values beside f32 parameters; bf16 values it does not
+  // document, so a bf16 plan normalizes in f32 (in the plan's layout) between casts.
+  BatchNormLayer(CudaPlan& plan, const LayerSpec& spec, int index) : CudaLayer(plan, spec, index) {
+    if (dt_ == DType::kBF16) dt_ = DType::kF32;
+  }
 
   void build_forward() override {
     require(spec_.eps >= CUDNN_BN_MIN_EPSILON, "layer '", spec_.name, "': cuDNN needs eps >= ", CUDNN_BN_MIN_EPSILON);
-    check(cudnnDeriveBNTensorDescriptor(bn_, in().td, CUDNN_BATCHNORM_SPATIAL), "cudnnDeriveBNTensorDescriptor");
-    out().out = plan_.alloc(Shape(out().desc.dims.begin(), out().desc.dims.end()));
+    alloc_out();
     const int64_t c = out().desc.dims[1];
+    // Scale, shift, running and saved statistics: f32 [1, C, 1, 1] whatever the values'
+    // type (cudnnDeriveBNTensorDescriptor would give f64 values f64 parameters).
+    const int ci = static_cast<int>(c);
+    bn_ = tensor_desc(Desc4{{1, ci, 1, 1}, {ci, 1, 1, 1}}, DType::kF32);
     if (!training()) {
       fwd.push_back({[this] {
         check(cudnnBatchNormalizationForwardInference(ctx().cudnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, in().td,
@@ -46,12 +55,12 @@ class BatchNormLayer final : public CudaLayer {
     const bool acc = wanted && plan_.grad_write(bwd, in());
     bwd.push_back({[this, wanted, acc] {
       Tensor scratch;
-      float* dx = nullptr;
+      void* dx = nullptr;
       if (wanted) {
         dx = in().dx();
       } else {
-        scratch = plan_.alloc(Shape(in().desc.dims.begin(), in().desc.dims.end()));
-        dx = scratch.data_as<float>();
+        scratch = plan_.alloc(in().dims(), in().dtype);
+        dx = scratch.data();
       }
       check(cudnnBatchNormalizationBackward(
                 ctx().cudnn, CUDNN_BATCHNORM_SPATIAL, &kOne, beta_for(acc), &kOne, &kZero, in().td, in().x(), out().td,
@@ -70,7 +79,10 @@ class BatchNormLayer final : public CudaLayer {
 
 class LrnLayer final : public CudaLayer {
  public:
-  using CudaLayer::CudaLayer;
+  LrnLayer(CudaPlan& plan, const LayerSpec& spec, int index) : CudaLayer(plan, spec, index) {
+    dt_ = DType::kF32;
+    nhwc_ = false;
+  }
 
   void build_forward() override {
     require(spec_.lrn_size >= CUDNN_LRN_MIN_N && spec_.lrn_size <= CUDNN_LRN_MAX_N, "layer '", spec_.name,
@@ -78,7 +90,7 @@ class LrnLayer final : public CudaLayer {
     check(cudnnSetLRNDescriptor(lrn_, static_cast<unsigned>(spec_.lrn_size), spec_.lrn_alpha, spec_.lrn_beta,
                                 spec_.lrn_k),
           "cudnnSetLRNDescriptor");
-    out().out = plan_.alloc(Shape(out().desc.dims.begin(), out().desc.dims.end()));
+    alloc_out();
     fwd.push_back({[this] {
       check(cudnnLRNCrossChannelForward(ctx().cudnn, lrn_, CUDNN_LRN_CROSS_CHANNEL_DIM1, &kOne, in().td, in().x(),
                                         &kZero, out().td, out().x()),

@@ -10,10 +10,15 @@
 
 namespace cohort::backend::cuda {
 
-CudaLayer::CudaLayer(CudaPlan& plan, const LayerSpec& spec, int index) : plan_(plan), spec_(spec), index_(index) {}
+CudaLayer::CudaLayer(CudaPlan& plan, const LayerSpec& spec, int index)
+    : plan_(plan),
+      spec_(spec),
+      index_(index),
+      dt_(compute_dtype(spec, plan.opt_.precision)),
+      nhwc_(spec.shape.size() == 3 && (plan.nhwc() || dt_ != DType::kF32)) {}
 
-DVal& CudaLayer::in(int i) { return plan_.vals_[static_cast<size_t>(spec_.inputs.at(static_cast<size_t>(i)))]; }
-DVal& CudaLayer::out() { return plan_.vals_[static_cast<size_t>(index_)]; }
+DVal& CudaLayer::out() const { return plan_.vals_[static_cast<size_t>(index_)]; }
+void CudaLayer::alloc_out() { out().out = plan_.alloc(out().dims(), out().dtype); }
 bool CudaLayer::training() const { return plan_.opt_.training; }
 Context& CudaLayer::ctx() { return plan_.ctx_; }
 cudaStream_t CudaLayer::stream() const { return plan_.stream(); }
@@ -41,8 +46,6 @@ void check_input(const Tensor& t, Device device, const Shape& want, DType dtype,
 
 CudaPlan::CudaPlan(Context& ctx, const NetSpec& spec, Bindings bind, const PlanOptions& opt)
     : ctx_(ctx), spec_(spec), bind_(std::move(bind)), opt_(opt) {
-  require(opt_.precision == Precision::kF32,
-          "the CUDA backend trains in f32 (precision=", precision_name(opt_.precision), " is not available on it yet)");
   use(ctx_.stream);
   build();
 }
@@ -63,20 +66,83 @@ bool CudaPlan::grad_write(Steps& steps, DVal& v) {
   if (v.writers++ > 0) return true;
   DVal* p = &v;
   steps.push_back({[this, p] {
-    if (!p->grad.defined() || p->grad.numel() == 0 || p->grad.data() == nullptr)
-      p->grad = alloc(Shape(p->desc.dims.begin(), p->desc.dims.end()));
+    if (!p->grad.defined() || p->grad.numel() == 0 || p->grad.data() == nullptr) p->grad = alloc(p->dims(), p->dtype);
   }});
   return false;
 }
 
 void CudaPlan::grad_read(Steps& steps, DVal& v) {
+  // The gradients the casts of v received, cast back and summed into v's.
+  for (DVal* c : v.casts) {
+    if (c->writers == 0) continue;
+    const bool acc = grad_write(steps, v);
+    steps.push_back({[this, c, p = &v, acc] {
+                       convert(*p, {p->dtype, p->nhwc}, p->dx(), {c->dtype, c->nhwc}, c->dx(), acc);
+                     },
+                     0, true});
+    grad_done(steps, *c);
+  }
   if (v.writers > 0 || &v == &vals_.back()) return;
   // Nothing downstream sends this value a gradient (an output nothing consumes): zero.
   DVal* p = &v;
   steps.push_back({[this, p] {
-    p->grad = alloc(Shape(p->desc.dims.begin(), p->desc.dims.end()));
+    p->grad = alloc(p->dims(), p->dtype);
     zero(p->grad, stream_);
   }});
+}
+
+DVal& CudaPlan::as(DVal& v, DType t, bool nhwc, Steps& steps) {
+  const bool image = v.sample.size() == 3;
+  const bool want_nhwc = image && nhwc;
+  auto fits = [&](const DVal& c) { return c.dtype == t && c.nhwc == want_nhwc; };
+  if (fits(v)) return v;
+  for (DVal* c : v.casts)
+    if (fits(*c)) return *c;
+  DVal& c = casts_.emplace_back();
+  c.sample = v.sample;
+  c.dtype = t;
+  c.nhwc = want_nhwc;
+  c.desc = describe4(opt_.batch, c.sample, c.nhwc ? Layout::kNHWC : Layout::kNCHW);
+  c.td = tensor_desc(c.desc, t);
+  c.needs_grad = v.needs_grad;
+  c.out = alloc(c.dims(), t);
+  v.casts.push_back(&c);
+  steps.push_back({[this, src = &v, dst = &c] {
+                     convert(*src, {dst->dtype, dst->nhwc}, dst->x(), {src->dtype, src->nhwc}, src->x(), false);
+                   },
+                   0, true});
+  return c;
+}
+
+void CudaPlan::convert(const DVal& v, Form to, void* dst, Form from, const void* src, bool accumulate) {
+  const bool image = v.sample.size() == 3;
+  const int64_t c = v.desc.dims[1], hw = image ? static_cast<int64_t>(v.desc.dims[2]) * v.desc.dims[3] : 0;
+  kernels::Reorder reorder = kernels::Reorder::kNone;
+  if (image && hw > 1 && to.nhwc != from.nhwc)
+    reorder = to.nhwc ? kernels::Reorder::kToNhwc : kernels::Reorder::kToNchw;
+  if (reorder == kernels::Reorder::kNone && to.dtype == from.dtype && !accumulate) {
+    check(cudaMemcpyAsync(dst, src, static_cast<size_t>(v.numel()) * dtype_size(to.dtype), cudaMemcpyDeviceToDevice,
+                          stream()),
+          "cudaMemcpyAsync");
+    return;
+  }
+  with_type(to.dtype, [&]<typename D, typename DC>() {
+    with_type(from.dtype, [&]<typename S, typename SC>() {
+      const kernels::Convert<D, DC, S, SC> f{accumulate, reorder, c, hw};
+      kernels::for_each(stream_, v.numel(), f, static_cast<D*>(dst), static_cast<const S*>(src));
+    });
+  });
+}
+
+const void* CudaPlan::ones(DType t, int64_t n) {
+  Tensor& o = ones_[t];
+  if (!o.defined() || o.data() == nullptr || o.numel() < n) {
+    o = alloc({n}, t);
+    with_type(t, [&]<typename S, typename C>() {
+      kernels::for_each(stream_, n, kernels::Fill<S, C>{1.f}, static_cast<S*>(o.data()));
+    });
+  }
+  return o.data();
 }
 
 void CudaPlan::grad_done(Steps& steps, DVal& v) {
@@ -112,15 +178,7 @@ void CudaPlan::forward(const Tensor& input, const Tensor& labels, uint64_t step,
   } else {
     labels_ = Tensor();
   }
-  DVal& in = vals_[0];
-  if (opt_.layout == Layout::kNHWC && spec_.layers[0].shape.size() == 3) {
-    const kernels::ToNchw f{in.desc.dims[1], static_cast<int64_t>(in.desc.dims[2]) * in.desc.dims[3], false};
-    kernels::for_each(stream_, in.numel(), f, staged_input_.data_as<float>(),
-                      static_cast<const float*>(input.data_as<float>()));
-    in.out = staged_input_;
-  } else {
-    in.out = input;
-  }
+  vals_[0].out = input;  // f32 in the caller's layout: its readers cast it
   step_ = step;
   run(fwd_, false);
 }
@@ -150,13 +208,9 @@ void CudaPlan::backward(const Tensor& output_grad, const GradReady& ready, const
             "backward of a net without a loss needs the output gradient");
     const Device dev = Device::cuda(ctx_.device);
     check_input(output_grad, dev, user_shape(opt_.batch, last.sample, opt_.layout), DType::kF32, "the output gradient");
-    last.grad = alloc(Shape(last.desc.dims.begin(), last.desc.dims.end()));
-    if (opt_.layout == Layout::kNHWC && last.sample.size() == 3) {
-      const kernels::ToNchw f{last.desc.dims[1], static_cast<int64_t>(last.desc.dims[2]) * last.desc.dims[3], false};
-      kernels::for_each(stream_, last.numel(), f, last.dx(), static_cast<const float*>(output_grad.data_as<float>()));
-    } else {
-      copy(last.grad, output_grad, stream_);
-    }
+    last.grad = alloc(last.dims(), last.dtype);
+    convert(last, {last.dtype, last.nhwc}, last.dx(), {DType::kF32, nhwc() && last.sample.size() == 3},
+            output_grad.data(), false);
   }
   ready_ = &ready;
   run(bwd_, true);
@@ -169,12 +223,9 @@ void CudaPlan::copy_out(const DVal& v, const Tensor& dst, const Tensor& data, co
     fail(Code::kInvalidArgument, what, ": the destination is ", dst.describe(), " but the value is f32",
          shape_string(want));
   require(data.defined() && data.data() != nullptr, what, ": the value was not computed (run forward first)");
-  Tensor src = data;
-  if (opt_.layout == Layout::kNHWC && v.sample.size() == 3) {
-    src = alloc(want);
-    const kernels::ToNhwc f{v.desc.dims[1], static_cast<int64_t>(v.desc.dims[2]) * v.desc.dims[3]};
-    kernels::for_each(stream_, v.numel(), f, src.data_as<float>(), static_cast<const float*>(data.data_as<float>()));
-  }
+  // f32 in the caller's layout, whatever the value's own type and layout.
+  const Tensor src = alloc(want);
+  convert(v, {DType::kF32, nhwc() && v.sample.size() == 3}, src.data(), {v.dtype, v.nhwc}, data.data(), false);
   copy(dst, src, stream_);
   synchronize(stream_);
 }
@@ -286,40 +337,49 @@ void CudaPlan::build() {
   vals_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const LayerSpec& l = spec_.layers[i];
+    std::unique_ptr<CudaLayer> layer = make_layer(i);
     DVal& v = vals_[i];
     v.sample = l.kind == LayerKind::kSoftmaxXent ? Shape{} : l.shape;
+    v.dtype = layer->dt_;
+    v.nhwc = v.sample.size() == 3 && layer->nhwc_;
     if (!v.sample.empty()) {
-      v.desc = describe4(opt_.batch, v.sample, Layout::kNCHW);
-      v.td = tensor_desc(v.desc);
+      v.desc = describe4(opt_.batch, v.sample, v.nhwc ? Layout::kNHWC : Layout::kNCHW);
+      v.td = tensor_desc(v.desc, v.dtype);
     }
     bool needs = (i == 0 && opt_.input_grad) || !l.params.empty();
     for (int src : l.inputs) needs = needs || vals_[static_cast<size_t>(src)].needs_grad;
     v.needs_grad = needs && opt_.training;
+    layers_.push_back(std::move(layer));
   }
-  if (opt_.layout == Layout::kNHWC && spec_.layers[0].shape.size() == 3)
-    staged_input_ = alloc(Shape(vals_[0].desc.dims.begin(), vals_[0].desc.dims.end()));
   loss_sum_ = alloc({1}, DType::kF64);
   bad_label_ = alloc({1}, DType::kI32);
-  ones_ = alloc({opt_.batch});
-  kernels::for_each(stream_, opt_.batch, kernels::Fill{1.f}, ones_.data_as<float>());
   check(cudaMemsetAsync(bad_label_.data(), 0, sizeof(int32_t), stream()), "cudaMemsetAsync");
-  for (size_t i = 0; i < n; ++i) {
-    std::unique_ptr<CudaLayer> layer = make_layer(i);
-    layer->build_forward();
-    for (Step& s : layer->fwd) {
-      s.layer = static_cast<int>(i);
-      fwd_.push_back(std::move(s));
+  auto append = [](Steps& to, Steps& from, size_t layer) {
+    for (Step& s : from) {
+      s.layer = static_cast<int>(layer);
+      to.push_back(std::move(s));
     }
-    layers_.push_back(std::move(layer));
+    from.clear();
+  };
+  for (size_t i = 0; i < n; ++i) {
+    CudaLayer& layer = *layers_[i];
+    Steps casts;  // the inputs this layer reads in another type or layout
+    for (int src : spec_.layers[i].inputs)
+      layer.inputs_.push_back(&as(vals_[static_cast<size_t>(src)], layer.dt_, layer.nhwc_, casts));
+    layer.build_forward();
+    append(fwd_, casts, i);
+    append(fwd_, layer.fwd, i);
   }
   if (opt_.training) {
     for (size_t i = n; i-- > 1;) {
       if (!vals_[i].needs_grad) continue;
       layers_[i]->build_backward();
-      for (Step& s : layers_[i]->bwd) {
-        s.layer = static_cast<int>(i);
-        bwd_.push_back(std::move(s));
-      }
+      append(bwd_, layers_[i]->bwd, i);
+    }
+    if (vals_[0].needs_grad) {  // the input's gradient, summed from its casts'
+      Steps last;
+      grad_read(last, vals_[0]);
+      append(bwd_, last, 0);
     }
   }
   if (workspace_need_ > 0) workspace_ = alloc({static_cast<int64_t>(workspace_need_)}, DType::kU8);

@@ -5,16 +5,22 @@
 // cached in the backend), dense layers on cuBLAS, everything element-wise on the
 // kernels/ functors the CPU backend's tests cover (kernels::for_each).
 //
-// Values between layers are f32 in NCHW on the device (a batch in NHWC is turned into
-// NCHW by the plan's first step, and read() turns values back). A value's gradient
-// lives only during a backward pass: its first writer takes memory from the caching
-// allocator, later writers add to it (cuDNN's beta = 1, the functors' accumulate), and
-// it goes back to the cache once its producer has read it (one stream: stream-ordered
-// reuse is safe).
+// Values between layers are stored in the plan's layout (NCHW, or NHWC for tensor
+// cores) and in the type their layer computes in (backend/precision.h: f32, or f16/bf16
+// with the loss in f32); a layer reading a value of another type reads a cast of it,
+// made once per forward, whose gradient is cast back. Parameters stay f32 masters:
+// convolutions and dense layers of another type or layout read a copy refreshed each
+// forward and turn their weight gradients back into the f32 plain ones. A value's
+// gradient lives only during a backward pass: its first writer takes memory from the
+// caching allocator, later writers add to it (cuDNN's beta = 1, the functors'
+// accumulate), and it goes back to the cache once its producer has read it (one
+// stream: stream-ordered reuse is safe).
 #pragma once
 
 #include <algorithm>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -22,6 +28,8 @@
 #include "backend/cuda/algo_cache.h"
 #include "backend/cuda/cudnn_util.h"
 #include "backend/math_policy.h"
+#include "backend/precision.h"
+#include "kernels/layer_ops.h"
 #include "tensor/allocator.h"
 
 namespace cohort::backend::cuda {
@@ -51,16 +59,53 @@ using Steps = std::vector<Step>;
 // during a backward pass, its gradient.
 struct DVal {
   Shape sample;  // per-sample shape ({C, H, W} or {F}; {} for the loss)
-  Desc4 desc;
+  DType dtype = DType::kF32;
+  bool nhwc = false;  // an image value stored NHWC
+  Desc4 desc;         // dims n, c, h, w and the strides of its layout
   TensorDesc td;
   Tensor out;
   Tensor grad;
   bool needs_grad = false;
-  int writers = 0;  // backward steps built so far that write its gradient
+  int writers = 0;           // backward steps built so far that write its gradient
+  std::vector<DVal*> casts;  // values that are casts of this one (other types)
   int64_t numel() const { return static_cast<int64_t>(desc.dims[0]) * desc.dims[1] * desc.dims[2] * desc.dims[3]; }
-  float* x() const { return out.data_as<float>(); }
-  float* dx() const { return grad.data_as<float>(); }
+  Shape dims() const { return Shape(desc.dims.begin(), desc.dims.end()); }
+  // Pixels per channel of an NHWC image value (0 otherwise): what the layout-aware
+  // functors take.
+  int64_t nhwc_hw() const { return nhwc ? static_cast<int64_t>(desc.dims[2]) * desc.dims[3] : 0; }
+  void* x() const { return out.data(); }
+  void* dx() const { return grad.data(); }
+  template <typename S>
+  S* xs() const {
+    return static_cast<S*>(out.data());
+  }
+  template <typename S>
+  S* dxs() const {
+    return static_cast<S*>(grad.data());
+  }
+  template <typename S>
+  const S* cxs() const {
+    return static_cast<const S*>(out.data());
+  }
+  template <typename S>
+  const S* cdxs() const {
+    return static_cast<const S*>(grad.data());
+  }
 };
+
+// Calls fn.template operator()<S, C>() with the storage type and codec of `t` (f32,
+// f16 or bf16): a layer's typed functors are chosen once, at build time.
+template <typename Fn>
+decltype(auto) with_type(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kF16:
+      return fn.template operator()<uint16_t, kernels::F16Codec>();
+    case DType::kBF16:
+      return fn.template operator()<uint16_t, kernels::BF16Codec>();
+    default:
+      return fn.template operator()<float, kernels::F32>();
+  }
+}
 
 class CudaPlan;
 
@@ -73,8 +118,13 @@ class CudaLayer {
   Steps fwd, bwd;
 
  protected:
-  DVal& in(int i = 0);
-  DVal& out();
+  friend class CudaPlan;
+  // Input i as this layer reads it: the input itself, or its cast to this layer's type.
+  DVal& in(int i = 0) const { return *inputs_.at(static_cast<size_t>(i)); }
+  DVal& out() const;
+  void alloc_out();  // the output's memory for the life of the plan
+  DType dtype() const { return dt_; }
+  bool nhwc() const { return nhwc_; }
   bool training() const;
   Context& ctx();
   cudaStream_t stream() const;
@@ -82,6 +132,13 @@ class CudaLayer {
   CudaPlan& plan_;
   const LayerSpec& spec_;
   int index_;
+  // What it computes in and stores its output in (backend/precision.h), and whether an
+  // image output is NHWC (the plan's layout, and always for reduced precision: tensor
+  // cores); a layer's constructor may choose otherwise. Its inputs are read in the same
+  // type and layout.
+  DType dt_;
+  bool nhwc_;
+  std::vector<DVal*> inputs_;  // resolved by the plan before build_forward
 };
 
 class CudaPlan final : public Plan {
@@ -114,7 +171,6 @@ class CudaPlan final : public Plan {
   Tensor bad_label_;            // i32 [1]: set by the loss kernel for a label outside [0, K)
   const GradReady* ready_ = nullptr;
   Tensor workspace_;  // the largest workspace a convolution chose
-  Tensor ones_;       // f32 [N] of ones (dense bias gradients)
 
   cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_.native()); }
   float* param(int i) const { return bind_.params.at(static_cast<size_t>(i)).data_as<float>(); }
@@ -129,9 +185,17 @@ class CudaPlan final : public Plan {
   // Before a step that writes v's gradient: whether it adds to what is there (an
   // earlier writer) or writes it fresh (the first, which also takes its memory).
   bool grad_write(Steps& steps, DVal& v);
-  // Before the producer of v reads v's gradient (its backward): a value nothing wrote
-  // a gradient into gets a zero one.
+  // Before the producer of v reads v's gradient (its backward): the gradients of its
+  // casts are cast back into it, and a value nothing wrote a gradient into gets a zero
+  // one.
   void grad_read(Steps& steps, DVal& v);
+  // `v` in type `t` and layout `nhwc`: v itself, or a cast of it (made once; its
+  // forward step goes into `steps`, its gradient back into v's in grad_read).
+  DVal& as(DVal& v, DType t, bool nhwc, Steps& steps);
+  // The caller's layout for image values (the input, read(), output gradients).
+  bool nhwc() const { return opt_.layout == Layout::kNHWC; }
+  // At least n ones of type t on the device (bias gradients as matrix products).
+  const void* ones(DType t, int64_t n);
   // After the producer of v has read v's gradient: the memory goes back.
   void grad_done(Steps& steps, DVal& v);
   // Reports gradients `params` final after the work enqueued so far.
@@ -143,11 +207,18 @@ class CudaPlan final : public Plan {
   void run(const Steps& steps, bool backward);
   void use(const Stream& stream);
   void copy_out(const DVal& v, const Tensor& dst, const Tensor& data, const char* what);
+  // dst = (or +=) src, two forms of the value `v` (its shape): each a type and a layout.
+  struct Form {
+    DType dtype;
+    bool nhwc;
+  };
+  void convert(const DVal& v, Form to, void* dst, Form from, const void* src, bool accumulate);
 
   std::vector<std::unique_ptr<CudaLayer>> layers_;
+  std::deque<DVal> casts_;  // cast values (stable addresses)
   Steps fwd_, bwd_;
   size_t workspace_need_ = 0;
-  Tensor staged_input_;  // the NCHW copy of an NHWC batch
+  std::map<DType, Tensor> ones_;
   bool profiling_ = false;
   mutable PlanProfile profile_;
   struct Timed {

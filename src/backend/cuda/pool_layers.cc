@@ -1,6 +1,7 @@
-// Max, average (padding excluded) and global-average pooling: cuDNN where its
-// symmetric padding places the windows as the network does, the kernels/pool.h
-// functors where a ceil-mode output needs more padding at the bottom or right.
+// Max, average (padding excluded) and global-average pooling on the kernels/pool.h
+// functors, in either layout and any type: the same windows as the network's (ceil
+// mode with more padding at the bottom or right included), max pooling's gradient to
+// the first maximum of each window, as on the CPU.
 #include "backend/cuda/plan.h"
 #include "kernels/for_each.h"
 #include "kernels/pool.h"
@@ -21,49 +22,35 @@ class PoolLayer final : public CudaLayer {
       w = Window{id[2], id[3], id[2], id[3], 0, 0, 1, 1, false};
       oh = ow = 1;
     }
-    out().out = plan_.alloc(Shape(out().desc.dims.begin(), out().desc.dims.end()));
-    geometry_ = {id[0], id[1], id[2], id[3], oh, ow, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw};
-    cudnn_ = cudnn_pool_fits(w, id[2], id[3], oh, ow);
-    if (cudnn_) {
-      const cudnnPoolingMode_t mode =
-          max_ ? CUDNN_POOLING_MAX_DETERMINISTIC : CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
-      check(cudnnSetPooling2dDescriptor(pool_, mode, CUDNN_NOT_PROPAGATE_NAN, w.kh, w.kw, w.ph, w.pw, w.sh, w.sw),
-            "cudnnSetPooling2dDescriptor");
+    alloc_out();
+    if (max_) argmax_ = plan_.alloc(out().dims(), DType::kI32);
+    geometry_ = {id[0], id[1], id[2], id[3], oh, ow, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, nhwc()};
+    with_type(dtype(), [&]<typename S, typename C>() {
       fwd.push_back({[this] {
-        check(cudnnPoolingForward(ctx().cudnn, pool_, &kOne, in().td, in().x(), &kZero, out().td, out().x()),
-              "cudnnPoolingForward");
+        kernels::for_each(cstream(), out().numel(), kernels::PoolForward<S, C>{geometry_, max_}, out().xs<S>(),
+                          in().cxs<S>(), argmax_.data_as<int32_t>());
       }});
-      return;
-    }
-    fwd.push_back({[this] {
-      kernels::for_each(cstream(), out().numel(), kernels::PoolForward{geometry_, max_}, out().x(),
-                        static_cast<const float*>(in().x()));
-    }});
+    });
   }
 
   void build_backward() override {
     plan_.grad_read(bwd, out());
     if (in().needs_grad) {
       const bool acc = plan_.grad_write(bwd, in());
-      bwd.push_back({[this, acc] {
-        if (cudnn_) {
-          check(cudnnPoolingBackward(ctx().cudnn, pool_, &kOne, out().td, out().x(), out().td, out().dx(), in().td,
-                                     in().x(), beta_for(acc), in().td, in().dx()),
-                "cudnnPoolingBackward");
-          return;
-        }
-        kernels::for_each(cstream(), in().numel(), kernels::PoolBackward{geometry_, max_, acc}, in().dx(),
-                          static_cast<const float*>(out().dx()), static_cast<const float*>(in().x()),
-                          static_cast<const float*>(out().x()));
-      }});
+      with_type(dtype(), [&]<typename S, typename C>() {
+        bwd.push_back({[this, acc] {
+          kernels::for_each(cstream(), in().numel(), kernels::PoolBackward<S, C>{geometry_, max_, acc}, in().dxs<S>(),
+                            out().cdxs<S>(), static_cast<const int32_t*>(argmax_.data_as<int32_t>()));
+        }});
+      });
     }
     plan_.grad_done(bwd, out());
   }
 
  private:
-  bool max_ = false, cudnn_ = true;
+  bool max_ = false;
   kernels::PoolGeometry geometry_{};
-  PoolDesc pool_;
+  Tensor argmax_;  // i32, per output of a max pooling: its window's first maximum
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Layers that move data without arithmetic: the input, concat (block copies into the
-// channel range of each input), flatten (the NCHW value read as [N, C·H·W]: no copy
-// forward) and the ResNet option-A shortcut.
+// channel range of each input), flatten (an NCHW value read as [N, C·H·W], the CPU
+// backend's feature order: its input is read in NCHW, a cast where the value is NHWC)
+// and the ResNet option-A shortcut.
 #include "backend/cuda/plan.h"
 #include "kernels/for_each.h"
 #include "kernels/layer_ops.h"
@@ -10,49 +11,58 @@ namespace {
 
 class InputLayer final : public CudaLayer {
  public:
-  using CudaLayer::CudaLayer;
+  InputLayer(CudaPlan& plan, const LayerSpec& spec, int index) : CudaLayer(plan, spec, index) {
+    nhwc_ = spec.shape.size() == 3 && plan.nhwc();  // the caller's batch, as given
+  }
   void build_forward() override {}  // forward() points the value at the batch
 };
 
+// Rows of the concat: NCHW values are N rows of C_k·H·W elements, NHWC values N·H·W rows
+// of C_k elements; input k starts at column offset(k) of the output's rows.
 class ConcatLayer final : public CudaLayer {
  public:
   using CudaLayer::CudaLayer;
 
   void build_forward() override {
-    out().out = plan_.alloc(Shape(out().desc.dims.begin(), out().desc.dims.end()));
-    fwd.push_back({[this] {
-      const auto& od = out().desc.dims;
-      const int64_t hw = static_cast<int64_t>(od[2]) * od[3], pitch = od[1] * hw;
-      int64_t off = 0;
-      for (size_t k = 0; k < spec_.inputs.size(); ++k) {
-        DVal& v = in(static_cast<int>(k));
-        const int64_t width = v.desc.dims[1] * hw;
-        kernels::for_each(cstream(), v.numel(), kernels::CopyRows{width, pitch, width, false}, out().x() + off,
-                          static_cast<const float*>(v.x()));
-        off += width;
-      }
-    }});
+    alloc_out();
+    with_type(dtype(), [&]<typename S, typename C>() {
+      fwd.push_back({[this] {
+        int64_t off = 0;
+        for (size_t k = 0; k < spec_.inputs.size(); ++k) {
+          const DVal& v = in(static_cast<int>(k));
+          const int64_t width = row_width(v);
+          kernels::for_each(cstream(), v.numel(), kernels::CopyRows<S, C>{width, row_width(out()), width, false},
+                            out().xs<S>() + off, v.cxs<S>());
+          off += width;
+        }
+      }});
+    });
   }
 
   void build_backward() override {
     plan_.grad_read(bwd, out());
-    const auto& od = out().desc.dims;
-    const int64_t hw = static_cast<int64_t>(od[2]) * od[3], pitch = od[1] * hw;
     int64_t off = 0;
     for (size_t k = 0; k < spec_.inputs.size(); ++k) {
       DVal& v = in(static_cast<int>(k));
-      const int64_t width = v.desc.dims[1] * hw;
+      const int64_t width = row_width(v);
       if (v.needs_grad) {
         const bool acc = plan_.grad_write(bwd, v);
-        DVal* p = &v;
-        bwd.push_back({[this, p, width, pitch, off, acc] {
-          kernels::for_each(cstream(), p->numel(), kernels::CopyRows{width, width, pitch, acc}, p->dx(),
-                            static_cast<const float*>(out().dx() + off));
-        }});
+        with_type(dtype(), [&]<typename S, typename C>() {
+          bwd.push_back({[this, p = &v, width, off, acc] {
+            kernels::for_each(cstream(), p->numel(), kernels::CopyRows<S, C>{width, width, row_width(out()), acc},
+                              p->dxs<S>(), out().cdxs<S>() + off);
+          }});
+        });
       }
       off += width;
     }
     plan_.grad_done(bwd, out());
+  }
+
+ private:
+  static int64_t row_width(const DVal& v) {
+    const auto& d = v.desc.dims;
+    return v.nhwc ? d[1] : static_cast<int64_t>(d[1]) * d[2] * d[3];
   }
 };
 
@@ -63,7 +73,7 @@ class FlattenLayer final : public CudaLayer {
   void build_forward() override {
     fwd.push_back({[this] {
       const int64_t n = out().desc.dims[0], f = out().desc.dims[1];
-      out().out = Tensor::wrap(in().out.data(), {n, f}, DType::kF32, in().out.device());
+      out().out = Tensor::wrap(in().out.data(), {n, f}, dtype(), in().out.device());
     }});
   }
 
@@ -71,10 +81,11 @@ class FlattenLayer final : public CudaLayer {
     plan_.grad_read(bwd, out());
     if (in().needs_grad) {
       const bool acc = plan_.grad_write(bwd, in());
-      bwd.push_back({[this, acc] {
-        kernels::for_each(cstream(), in().numel(), kernels::CopyTo{acc}, in().dx(),
-                          static_cast<const float*>(out().dx()));
-      }});
+      with_type(dtype(), [&]<typename S, typename C>() {
+        bwd.push_back({[this, acc] {
+          kernels::for_each(cstream(), in().numel(), kernels::CopyTo<S, C>{acc}, in().dxs<S>(), out().cdxs<S>());
+        }});
+      });
     }
     plan_.grad_done(bwd, out());
   }
@@ -85,30 +96,34 @@ class ShortcutALayer final : public CudaLayer {
   using CudaLayer::CudaLayer;
 
   void build_forward() override {
-    out().out = plan_.alloc(Shape(out().desc.dims.begin(), out().desc.dims.end()));
+    alloc_out();
     const auto& i = in().desc.dims;
     const auto& o = out().desc.dims;
-    fwd_ = {i[1], i[2], i[3], o[1], o[2], o[3], spec_.win.sh, (o[1] - i[1]) / 2};
-    fwd.push_back({[this] {
-      kernels::for_each(cstream(), out().numel(), fwd_, out().x(), static_cast<const float*>(in().x()));
-    }});
+    geometry_ = {i[1], i[2], i[3], o[1], o[2], o[3], spec_.win.sh, (o[1] - i[1]) / 2, nhwc()};
+    with_type(dtype(), [&]<typename S, typename C>() {
+      fwd.push_back({[this] {
+        kernels::for_each(cstream(), out().numel(), kernels::ShortcutAForward<S, C>{geometry_}, out().xs<S>(),
+                          in().cxs<S>());
+      }});
+    });
   }
 
   void build_backward() override {
     plan_.grad_read(bwd, out());
     if (in().needs_grad) {
       const bool acc = plan_.grad_write(bwd, in());
-      const kernels::ShortcutABackward f{fwd_.ci, fwd_.hi,     fwd_.wi,  fwd_.co, fwd_.ho,
-                                         fwd_.wo, fwd_.stride, fwd_.pad, acc};
-      bwd.push_back({[this, f] {
-        kernels::for_each(cstream(), in().numel(), f, in().dx(), static_cast<const float*>(out().dx()));
-      }});
+      with_type(dtype(), [&]<typename S, typename C>() {
+        bwd.push_back({[this, acc] {
+          kernels::for_each(cstream(), in().numel(), kernels::ShortcutABackward<S, C>{geometry_, acc}, in().dxs<S>(),
+                            out().cdxs<S>());
+        }});
+      });
     }
     plan_.grad_done(bwd, out());
   }
 
  private:
-  kernels::ShortcutAForward fwd_{};
+  kernels::ShortcutGeometry geometry_{};
 };
 
 }  // namespace

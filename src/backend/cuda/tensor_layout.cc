@@ -23,11 +23,4 @@ Desc4 describe4(int64_t batch, const Shape& sample, Layout layout) {
   return d;
 }
 
-int64_t cudnn_pool_out(int64_t in, int k, int s, int p) { return 1 + (in + 2 * static_cast<int64_t>(p) - k) / s; }
-
-bool cudnn_pool_fits(const Window& w, int64_t ih, int64_t iw, int64_t oh, int64_t ow) {
-  if (w.dh != 1 || w.dw != 1) return false;
-  return cudnn_pool_out(ih, w.kh, w.sh, w.ph) == oh && cudnn_pool_out(iw, w.kw, w.sw, w.pw) == ow;
-}
-
 }  // namespace cohort::backend

@@ -1,5 +1,6 @@
 // The CUDA backend's own element-wise and data-movement kernels: the kernels/ functors
-// of layer_ops.h and pool.h, instantiated for the argument types the backend passes.
+// of layer_ops.h and pool.h, instantiated for each storage type a value can have (f32,
+// f16, bf16) with the argument types the backend passes.
 #include "kernels/cuda/launch.cuh"
 #include "kernels/layer_ops.h"
 #include "kernels/optim_update.h"
@@ -7,22 +8,44 @@
 
 namespace cohort::kernels::cuda {
 
-#define COHORT_FOR_EACH(F, ...) template void launch_for_each<F, __VA_ARGS__>(void*, int64_t, F, __VA_ARGS__);
+// F<S, C> over (Args...).
+#define COHORT_TYPED(F, S, C, ...) \
+  template void launch_for_each<F<S, C>, __VA_ARGS__>(void*, int64_t, F<S, C>, __VA_ARGS__);
 
-COHORT_FOR_EACH(Fill, float*)
-COHORT_FOR_EACH(ToNchw, float*, const float*)
-COHORT_FOR_EACH(ToNhwc, float*, const float*)
-COHORT_FOR_EACH(DropoutForward, float*, const float*)
-COHORT_FOR_EACH(DropoutBackward, float*, const float*)
-COHORT_FOR_EACH(LeakyReluForward, float*, const float*)
-COHORT_FOR_EACH(LeakyReluBackward, float*, const float*, const float*)
-COHORT_FOR_EACH(Sum2, float*, const float*, const float*)
-COHORT_FOR_EACH(CopyTo, float*, const float*)
-COHORT_FOR_EACH(CopyRows, float*, const float*)
-COHORT_FOR_EACH(ShortcutAForward, float*, const float*)
-COHORT_FOR_EACH(ShortcutABackward, float*, const float*)
-COHORT_FOR_EACH(PoolForward, float*, const float*)
-COHORT_FOR_EACH(PoolBackward, float*, const float*, const float*, const float*)
+#define COHORT_LAYER_KERNELS(S, C)                                  \
+  COHORT_TYPED(Fill, S, C, S*)                                      \
+  COHORT_TYPED(DropoutForward, S, C, S*, const S*)                  \
+  COHORT_TYPED(DropoutBackward, S, C, S*, const S*)                 \
+  COHORT_TYPED(ActForward, S, C, S*, const S*)                      \
+  COHORT_TYPED(ActBackward, S, C, S*, const S*, const S*, const S*) \
+  COHORT_TYPED(Sum2, S, C, S*, const S*, const S*)                  \
+  COHORT_TYPED(CopyTo, S, C, S*, const S*)                          \
+  COHORT_TYPED(CopyRows, S, C, S*, const S*)                        \
+  COHORT_TYPED(ShortcutAForward, S, C, S*, const S*)                \
+  COHORT_TYPED(ShortcutABackward, S, C, S*, const S*)               \
+  COHORT_TYPED(AddBias, S, C, S*, const float*)                     \
+  COHORT_TYPED(WeightsFromOihw, S, C, S*, const float*)             \
+  COHORT_TYPED(GradToOihw, S, C, float*, const S*)                  \
+  COHORT_TYPED(PoolForward, S, C, S*, const S*, int32_t*)           \
+  COHORT_TYPED(PoolBackward, S, C, S*, const S*, const int32_t*)
+
+COHORT_LAYER_KERNELS(float, F32)
+COHORT_LAYER_KERNELS(uint16_t, F16Codec)
+COHORT_LAYER_KERNELS(uint16_t, BF16Codec)
+
+// Every conversion between two of the types, with or without a reorder.
+#define COHORT_CONVERT(D, DC, S, SC)                                                                            \
+  template void launch_for_each<Convert<D, DC, S, SC>, D*, const S*>(void*, int64_t, Convert<D, DC, S, SC>, D*, \
+                                                                     const S*);
+#define COHORT_CONVERT_FROM(S, SC)          \
+  COHORT_CONVERT(float, F32, S, SC)         \
+  COHORT_CONVERT(uint16_t, F16Codec, S, SC) \
+  COHORT_CONVERT(uint16_t, BF16Codec, S, SC)
+
+COHORT_CONVERT_FROM(float, F32)
+COHORT_CONVERT_FROM(uint16_t, F16Codec)
+COHORT_CONVERT_FROM(uint16_t, BF16Codec)
+
 template void launch_for_each<SoftmaxXentRows>(void*, int64_t, SoftmaxXentRows);
 template void launch_reduce_into<double, SoftmaxXentLoss, Plus>(void*, int64_t, SoftmaxXentLoss, Plus, double*);
 

@@ -1,7 +1,8 @@
 // Every layer kind of the CUDA backend against the CPU backend, forward and backward,
 // NCHW and NHWC, with the f32 math policy off (full f32 on both): outputs, input
-// gradients, parameter gradients and batch-norm statistics agree within f32 tolerances.
-// SKIPPED where no GPU is present.
+// gradients, parameter gradients and batch-norm statistics agree within f32 tolerances;
+// and the same at f16 and bf16 on the GPU (NHWC, f32 master weights) against the CPU's
+// f32, within those types' tolerances. SKIPPED where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/precision.h"
 #include "runtime/device_probe.h"
 #include "core/status.h"
 #include "graph/graph.h"
@@ -101,24 +103,43 @@ std::vector<float> ramp(int64_t n, float scale) {
   return v;
 }
 
-void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what) {
+// Inputs exact in f16 and bf16 and distinct within any small window (a max pooling's
+// first maximum is the same one in every type), of magnitude up to 2.
+std::vector<float> exact_inputs(int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(i * 37 % 251 - 128) / 64.f;
+  return v;
+}
+
+struct Form {
+  Layout layout;
+  backend::Precision precision;
+};
+
+// The relative error allowed of a GPU result against the CPU's f32 one.
+double tolerance(backend::Precision p) {
+  return p == backend::Precision::kF32 ? 2e-3 : p == backend::Precision::kF16 ? 2e-2 : 6e-2;
+}
+
+void expect_close(const Tensor& gpu, const Tensor& cpu, const std::string& what, double tol = 2e-3) {
   const Tensor g = to_host(gpu), c = to_host(cpu);
   ASSERT_EQ(g.numel(), c.numel()) << what;
   double worst = 0;
   int64_t at = 0;
   for (int64_t i = 0; i < c.numel(); ++i) {
     const double a = g.data_as<float>()[i], b = c.data_as<float>()[i];
-    const double err = std::abs(a - b) / (1e-3 + std::abs(b));
+    // values much smaller than the tensor's typical ones are judged by their absolute error
+    const double err = std::abs(a - b) / ((tol > 2e-3 ? 1e-1 : 1e-3) + std::abs(b));
     if (err > worst) {
       worst = err;
       at = i;
     }
   }
-  EXPECT_LT(worst, 2e-3) << what << ": element " << at << " is " << g.data_as<float>()[at] << " on the GPU, "
-                         << c.data_as<float>()[at] << " on the CPU";
+  EXPECT_LT(worst, tol) << what << ": element " << at << " is " << g.data_as<float>()[at] << " on the GPU, "
+                        << c.data_as<float>()[at] << " on the CPU";
 }
 
-class CudaOps : public ::testing::TestWithParam<Layout> {
+class CudaOps : public ::testing::TestWithParam<Form> {
  protected:
   void SetUp() override {
     const CudaProbe probe = probe_cuda();
@@ -127,7 +148,10 @@ class CudaOps : public ::testing::TestWithParam<Layout> {
 };
 
 TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
-  const Layout layout = GetParam();
+  const Layout layout = GetParam().layout;
+  const backend::Precision precision = GetParam().precision;
+  const bool reduced = precision != backend::Precision::kF32;
+  const double tol = tolerance(precision);
   Memory memory;
   backend::BackendOptions o;
   o.memory = memory.on(Device::cuda(0));
@@ -135,16 +159,17 @@ TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
   auto gpu_backend = backend::make_backend(Device::cuda(0), 1, o);
   const int64_t n = 4;
   for (const OpCase& c : cases()) {
-    SCOPED_TRACE(c.name + (layout == Layout::kNHWC ? " NHWC" : " NCHW"));
+    SCOPED_TRACE(c.name + (layout == Layout::kNHWC ? " NHWC " : " NCHW ") + backend::precision_name(precision));
     Graph cpu(c.input), gpu(c.input);
     c.build(cpu);
     c.build(gpu);
     gpu.set_backend(gpu_backend, o.memory);
+    gpu.set_precision(precision);
     cpu.set_dropout_seed(7);
     gpu.set_dropout_seed(7);
     cpu.materialize(11);
     gpu.materialize(11);
-    std::vector<float> x = ramp(n * shape_numel(c.input), 0.41f);
+    std::vector<float> x = reduced ? exact_inputs(n * shape_numel(c.input)) : ramp(n * shape_numel(c.input), 0.41f);
     std::vector<int32_t> labels;
     for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((i * 3) % 5));
     const Tensor hx = test::batch_view(x, cpu, n, layout);
@@ -160,11 +185,12 @@ TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
     std::vector<float> ycpu(static_cast<size_t>(n * shape_numel(cpu.shape(out)))), ygpu(ycpu.size());
     cp.read(out, test::batch_view(ycpu, cpu, n, layout, out));
     gp.read(out, test::batch_view(ygpu, gpu, n, layout, out));
-    expect_close(test::batch_view(ygpu, gpu, n, layout, out), test::batch_view(ycpu, cpu, n, layout, out), "output");
+    expect_close(test::batch_view(ygpu, gpu, n, layout, out), test::batch_view(ycpu, cpu, n, layout, out), "output",
+                 tol);
     std::vector<float> grad = ramp(static_cast<int64_t>(ycpu.size()), 0.17f);
     const Tensor gy = test::batch_view(grad, cpu, n, layout, out);
     if (loss) {
-      EXPECT_NEAR(gp.loss(), cp.loss(), 1e-4 * std::abs(cp.loss()) + 1e-5);
+      EXPECT_NEAR(gp.loss(), cp.loss(), (reduced ? tol : 1e-4) * std::abs(cp.loss()) + 1e-5);
       cp.backward(
           {}, [](int, const Event&) {}, cpu.stream());
       gp.backward(
@@ -178,17 +204,24 @@ TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
     std::vector<float> dxc(x.size()), dxg(x.size());
     cp.read_input_grad(test::batch_view(dxc, cpu, n, layout));
     gp.read_input_grad(test::batch_view(dxg, gpu, n, layout));
-    expect_close(test::batch_view(dxg, gpu, n, layout), test::batch_view(dxc, cpu, n, layout), "input gradient");
+    expect_close(test::batch_view(dxg, gpu, n, layout), test::batch_view(dxc, cpu, n, layout), "input gradient", tol);
     synchronize(gpu.stream());
     for (size_t i = 0; i < cpu.params().size(); ++i)
-      expect_close(gpu.params()[i].grad, cpu.params()[i].grad, "gradient of " + cpu.params()[i].name);
+      expect_close(gpu.params()[i].grad, cpu.params()[i].grad, "gradient of " + cpu.params()[i].name, tol);
     for (size_t i = 0; i < cpu.states().size(); ++i)
-      expect_close(gpu.states()[i].value, cpu.states()[i].value, cpu.states()[i].name);
+      expect_close(gpu.states()[i].value, cpu.states()[i].value, cpu.states()[i].name, tol);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, CudaOps, ::testing::Values(Layout::kNCHW, Layout::kNHWC),
-                         [](const auto& info) { return info.param == Layout::kNHWC ? "NHWC" : "NCHW"; });
+INSTANTIATE_TEST_SUITE_P(Forms, CudaOps,
+                         ::testing::Values(Form{Layout::kNCHW, backend::Precision::kF32},
+                                           Form{Layout::kNHWC, backend::Precision::kF32},
+                                           Form{Layout::kNCHW, backend::Precision::kF16},
+                                           Form{Layout::kNHWC, backend::Precision::kBF16}),
+                         [](const auto& info) {
+                           return std::string(info.param.layout == Layout::kNHWC ? "NHWC_" : "NCHW_") +
+                                  backend::precision_name(info.param.precision);
+                         });
 
 TEST(CudaBackend, DescribesTheGpuAndItsMathPolicy) {
   const CudaProbe probe = probe_cuda();

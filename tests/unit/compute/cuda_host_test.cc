@@ -80,16 +80,6 @@ TEST(TensorLayout, FourDimensionalViewsWithTheLayoutsStrides) {
   EXPECT_THROW(backend::describe4(1 << 20, {3, 1024, 1024}, Layout::kNCHW), Error);
 }
 
-TEST(TensorLayout, CudnnPoolsOnlyWhereItsSymmetricPaddingGivesTheNetworksOutput) {
-  backend::Window w{3, 3, 2, 2, 0, 0, 1, 1, false};
-  // 7 → floor 3; ceil mode also 3: cuDNN places the windows alike.
-  EXPECT_TRUE(backend::cudnn_pool_fits(w, 7, 7, 3, 3));
-  // 8 → floor 3 but ceil 4: one window more at the bottom/right, which cuDNN cannot.
-  EXPECT_EQ(backend::window_out(8, 3, 2, 0, 1, true), 4);
-  EXPECT_FALSE(backend::cudnn_pool_fits(w, 8, 8, 4, 4));
-  EXPECT_TRUE(backend::cudnn_pool_fits(w, 8, 8, 3, 3));
-}
-
 // ---- the CUDA kernels' functors against the CPU backend ----
 
 std::vector<float> ramp(int64_t n, float scale = 0.37f) {
@@ -120,102 +110,234 @@ CpuRun run_cpu(Graph& g, int64_t n, std::vector<float> x, std::vector<float> dy)
   return r;
 }
 
-TEST(CudaFunctors, CeilModePoolingMatchesTheCpuBackendForwardAndBackward) {
-  for (bool max : {true, false}) {
-    const int64_t n = 2, c = 3, h = 8, w = 9;
-    Graph g({c, h, w});
-    PoolOptions o{3, 2, 1, true};
-    if (max)
-      g.max_pool(g.input(), "pool", o);
-    else
-      g.avg_pool(g.input(), "pool", o);
-    const Shape& os = g.shape(1);
-    std::vector<float> x = ramp(n * c * h * w), dy = ramp(n * os[0] * os[1] * os[2], 0.11f);
-    const CpuRun cpu = run_cpu(g, n, x, dy);
-    const kernels::PoolGeometry geo{n, c, h, w, os[1], os[2], 3, 3, 2, 2, 1, 1};
-    std::vector<float> y(cpu.y.size()), dx(x.size(), 0.f);
-    kernels::host_for_each(1, static_cast<int64_t>(y.size()), kernels::PoolForward{geo, max}, y.data(),
-                           static_cast<const float*>(x.data()));
-    expect_near(y, cpu.y, 1e-5f, max ? "max pool forward" : "avg pool forward");
-    kernels::host_for_each(1, static_cast<int64_t>(dx.size()), kernels::PoolBackward{geo, max, false}, dx.data(),
-                           static_cast<const float*>(dy.data()), static_cast<const float*>(x.data()),
-                           static_cast<const float*>(y.data()));
-    expect_near(dx, cpu.dx, 1e-5f, max ? "max pool backward" : "avg pool backward");
+// A value's forms as the CUDA plan stores them: storage type S through codec C, NCHW or
+// NHWC. to_form turns an NCHW f32 value into one (kernels::Convert, the plan's casts),
+// from_form turns it back.
+using kernels::F32;
+template <typename S, typename C>
+std::vector<S> to_form(const std::vector<float>& x, int64_t c, int64_t hw, bool nhwc) {
+  std::vector<S> out(x.size());
+  const kernels::Reorder r = nhwc ? kernels::Reorder::kToNhwc : kernels::Reorder::kNone;
+  kernels::host_for_each(1, static_cast<int64_t>(x.size()), kernels::Convert<S, C, float, F32>{false, r, c, hw},
+                         out.data(), static_cast<const float*>(x.data()));
+  return out;
+}
+template <typename S, typename C>
+std::vector<float> from_form(const std::vector<S>& x, int64_t c, int64_t hw, bool nhwc) {
+  std::vector<float> out(x.size());
+  const kernels::Reorder r = nhwc ? kernels::Reorder::kToNchw : kernels::Reorder::kNone;
+  kernels::host_for_each(1, static_cast<int64_t>(x.size()), kernels::Convert<float, F32, S, C>{false, r, c, hw},
+                         out.data(), static_cast<const S*>(x.data()));
+  return out;
+}
+
+// Runs `test(nhwc, tolerance)` for every storage type the CUDA plan uses, in both
+// layouts: tolerances are relative to values of magnitude ~2.
+template <template <typename, typename> class Test>
+void for_every_form() {
+  for (bool nhwc : {false, true}) {
+    SCOPED_TRACE(nhwc ? "NHWC" : "NCHW");
+    {
+      SCOPED_TRACE("f32");
+      Test<float, F32>{}(nhwc, 1e-5f);
+    }
+    {
+      SCOPED_TRACE("f16");
+      Test<uint16_t, kernels::F16Codec>{}(nhwc, 4e-3f);
+    }
+    {
+      SCOPED_TRACE("bf16");
+      Test<uint16_t, kernels::BF16Codec>{}(nhwc, 3e-2f);
+    }
   }
 }
 
-TEST(CudaFunctors, ShortcutAMatchesTheCpuBackend) {
-  const int64_t n = 2, c = 4, h = 6, w = 5;
-  Graph g({c, h, w});
-  g.shortcut_a(g.input(), "short", 8, 2);
-  const Shape& os = g.shape(1);
-  std::vector<float> x = ramp(n * c * h * w), dy = ramp(n * os[0] * os[1] * os[2], 0.23f);
-  const CpuRun cpu = run_cpu(g, n, x, dy);
-  const kernels::ShortcutAForward f{c, h, w, os[0], os[1], os[2], 2, (os[0] - c) / 2};
-  std::vector<float> y(cpu.y.size()), dx(x.size());
-  kernels::host_for_each(1, static_cast<int64_t>(y.size()), f, y.data(), static_cast<const float*>(x.data()));
-  EXPECT_EQ(y, cpu.y);
-  const kernels::ShortcutABackward b{c, h, w, os[0], os[1], os[2], 2, (os[0] - c) / 2, false};
-  kernels::host_for_each(1, static_cast<int64_t>(dx.size()), b, dx.data(), static_cast<const float*>(dy.data()));
-  EXPECT_EQ(dx, cpu.dx);
-}
-
-TEST(CudaFunctors, DropoutDrawsTheCpuBackendsMask) {
-  const int64_t n = 4, f = 5000;
-  const float p = 0.3f;
-  Graph g({f});
-  g.dropout(g.input(), "drop", p);
-  g.set_dropout_seed(99);
-  std::vector<float> x = ramp(n * f), dy = ramp(n * f, 0.05f);
-  const CpuRun cpu = run_cpu(g, n, x, dy);
-  // run_cpu's forward is step 5; the dropout is layer 1.
-  const uint64_t draws = (uint64_t{5} << 20) ^ 1u;
-  std::vector<float> y(x.size()), dx(x.size());
-  kernels::host_for_each(2, n * f, kernels::DropoutForward{draws, 99, p}, y.data(),
+TEST(CudaFunctors, ConversionsRoundTripAndRoundToTheNearest) {
+  const int64_t n = 2, c = 5, hw = 6;
+  const std::vector<float> x = ramp(n * c * hw);
+  // NCHW → NHWC → NCHW is the identity; (n0, h0w0, c1) is (n0, c1, h0w0).
+  const std::vector<float> nhwc = to_form<float, F32>(x, c, hw, true);
+  EXPECT_EQ(nhwc[1], x[static_cast<size_t>(hw)]);
+  EXPECT_EQ((from_form<float, F32>(nhwc, c, hw, true)), x);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ((to_form<uint16_t, kernels::BF16Codec>(x, c, hw, false)[i]), kernels::float_to_bf16(x[i]));
+    EXPECT_EQ((to_form<uint16_t, kernels::F16Codec>(x, c, hw, false)[i]), kernels::float_to_half(x[i]));
+  }
+  // f16 → f32 → f16 is exact; accumulate adds (a cast's gradient sent back).
+  const std::vector<uint16_t> h = to_form<uint16_t, kernels::F16Codec>(x, c, hw, true);
+  EXPECT_EQ((to_form<uint16_t, kernels::F16Codec>(from_form<uint16_t, kernels::F16Codec>(h, c, hw, true), c, hw, true)),
+            h);
+  std::vector<float> twice = x;
+  kernels::host_for_each(1, n * c * hw, kernels::Convert<float, F32, float, F32>{true}, twice.data(),
                          static_cast<const float*>(x.data()));
-  expect_near(y, cpu.y, 1e-6f, "dropout forward");
-  kernels::host_for_each(2, n * f, kernels::DropoutBackward{draws, 99, p, false}, dx.data(),
-                         static_cast<const float*>(dy.data()));
-  expect_near(dx, cpu.dx, 1e-6f, "dropout backward");
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(twice[i], 2 * x[i]);
 }
 
-TEST(CudaFunctors, LeakyReluMatchesTheCpuBackend) {
+template <typename S, typename C>
+struct PoolTest {
+  void operator()(bool nhwc, float tol) const {
+    for (bool max : {true, false}) {
+      SCOPED_TRACE(max ? "max" : "avg");
+      const int64_t n = 2, c = 3, h = 8, w = 9;
+      Graph g({c, h, w});
+      PoolOptions o{3, 2, 1, true};  // ceil mode: more padding at the bottom and right
+      if (max)
+        g.max_pool(g.input(), "pool", o);
+      else
+        g.avg_pool(g.input(), "pool", o);
+      const Shape& os = g.shape(1);
+      // Inputs exact in bf16 and distinct within any window: the first maximum is the same
+      // one in every type.
+      std::vector<float> x(static_cast<size_t>(n * c * h * w)), dy = ramp(n * os[0] * os[1] * os[2], 0.11f);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(static_cast<int>(i * 37 % 251) - 128) / 16.f;
+      const CpuRun cpu = run_cpu(g, n, x, dy);
+      const kernels::PoolGeometry geo{n, c, h, w, os[1], os[2], 3, 3, 2, 2, 1, 1, nhwc};
+      const std::vector<S> xs = to_form<S, C>(x, c, h * w, nhwc), dys = to_form<S, C>(dy, c, os[1] * os[2], nhwc);
+      std::vector<S> y(cpu.y.size()), dx(x.size());
+      std::vector<int32_t> arg(y.size());
+      kernels::host_for_each(1, static_cast<int64_t>(y.size()), kernels::PoolForward<S, C>{geo, max}, y.data(),
+                             static_cast<const S*>(xs.data()), max ? arg.data() : nullptr);
+      expect_near(from_form<S, C>(y, c, os[1] * os[2], nhwc), cpu.y, tol, "pool forward");
+      kernels::host_for_each(1, static_cast<int64_t>(dx.size()), kernels::PoolBackward<S, C>{geo, max, false},
+                             dx.data(), static_cast<const S*>(dys.data()), static_cast<const int32_t*>(arg.data()));
+      expect_near(from_form<S, C>(dx, c, h * w, nhwc), cpu.dx, tol, "pool backward");
+    }
+  }
+};
+TEST(CudaFunctors, CeilModePoolingMatchesTheCpuBackendInEveryForm) { for_every_form<PoolTest>(); }
+
+template <typename S, typename C>
+struct ShortcutTest {
+  void operator()(bool nhwc, float tol) const {
+    const int64_t n = 2, c = 4, h = 6, w = 5;
+    Graph g({c, h, w});
+    g.shortcut_a(g.input(), "short", 8, 2);
+    const Shape& os = g.shape(1);
+    std::vector<float> x = ramp(n * c * h * w), dy = ramp(n * os[0] * os[1] * os[2], 0.23f);
+    const CpuRun cpu = run_cpu(g, n, x, dy);
+    const kernels::ShortcutGeometry geo{c, h, w, os[0], os[1], os[2], 2, (os[0] - c) / 2, nhwc};
+    const std::vector<S> xs = to_form<S, C>(x, c, h * w, nhwc), dys = to_form<S, C>(dy, os[0], os[1] * os[2], nhwc);
+    std::vector<S> y(cpu.y.size()), dx(x.size());
+    kernels::host_for_each(1, static_cast<int64_t>(y.size()), kernels::ShortcutAForward<S, C>{geo}, y.data(),
+                           static_cast<const S*>(xs.data()));
+    expect_near(from_form<S, C>(y, os[0], os[1] * os[2], nhwc), cpu.y, tol, "shortcut forward");
+    kernels::host_for_each(1, static_cast<int64_t>(dx.size()), kernels::ShortcutABackward<S, C>{geo, false}, dx.data(),
+                           static_cast<const S*>(dys.data()));
+    expect_near(from_form<S, C>(dx, c, h * w, nhwc), cpu.dx, tol, "shortcut backward");
+  }
+};
+TEST(CudaFunctors, ShortcutAMatchesTheCpuBackendInEveryForm) { for_every_form<ShortcutTest>(); }
+
+template <typename S, typename C>
+struct DropoutTest {
+  void operator()(bool nhwc, float tol) const {
+    // An image value: the mask follows the NCHW index in either layout.
+    const int64_t n = 3, c = 6, h = 7, w = 9;
+    const float p = 0.3f;
+    Graph g({c, h, w});
+    g.dropout(g.input(), "drop", p);
+    g.set_dropout_seed(99);
+    std::vector<float> x = ramp(n * c * h * w), dy = ramp(n * c * h * w, 0.05f);
+    const CpuRun cpu = run_cpu(g, n, x, dy);
+    const uint64_t draws = (uint64_t{5} << 20) ^ 1u;  // run_cpu's step 5, layer 1
+    const int64_t ch = nhwc ? c : 0, hw = nhwc ? h * w : 0;
+    const std::vector<S> xs = to_form<S, C>(x, c, h * w, nhwc), dys = to_form<S, C>(dy, c, h * w, nhwc);
+    std::vector<S> y(x.size()), dx(x.size());
+    kernels::host_for_each(2, n * c * h * w, kernels::DropoutForward<S, C>{draws, 99, p, ch, hw}, y.data(),
+                           static_cast<const S*>(xs.data()));
+    expect_near(from_form<S, C>(y, c, h * w, nhwc), cpu.y, 2 * tol, "dropout forward");
+    kernels::host_for_each(2, n * c * h * w, kernels::DropoutBackward<S, C>{draws, 99, p, false, ch, hw}, dx.data(),
+                           static_cast<const S*>(dys.data()));
+    expect_near(from_form<S, C>(dx, c, h * w, nhwc), cpu.dx, 2 * tol, "dropout backward");
+  }
+};
+TEST(CudaFunctors, DropoutDrawsTheCpuBackendsMaskInEveryForm) { for_every_form<DropoutTest>(); }
+
+TEST(CudaFunctors, EveryActivationMatchesTheCpuBackend) {
   const int64_t n = 3, f = 100;
-  Graph g({f});
-  g.activation(g.input(), "leaky", ActKind::kLeakyRelu, 0.1f);
-  std::vector<float> x = ramp(n * f), dy = ramp(n * f, 0.7f);
-  const CpuRun cpu = run_cpu(g, n, x, dy);
-  std::vector<float> y(x.size()), dx(x.size(), 1.f);
-  kernels::host_for_each(1, n * f, kernels::LeakyReluForward{0.1f}, y.data(), static_cast<const float*>(x.data()));
-  expect_near(y, cpu.y, 1e-6f, "leaky relu forward");
-  kernels::host_for_each(1, n * f, kernels::LeakyReluBackward{0.1f, false}, dx.data(),
-                         static_cast<const float*>(dy.data()), static_cast<const float*>(x.data()));
-  expect_near(dx, cpu.dx, 1e-6f, "leaky relu backward");
+  struct Case {
+    ActKind kind;
+    kernels::Act act;
+    float alpha;
+  };
+  for (const Case& k :
+       {Case{ActKind::kRelu, kernels::Act::kRelu, 0.f}, Case{ActKind::kLeakyRelu, kernels::Act::kRelu, 0.1f},
+        Case{ActKind::kElu, kernels::Act::kElu, 0.7f}, Case{ActKind::kTanh, kernels::Act::kTanh, 0.f},
+        Case{ActKind::kSigmoid, kernels::Act::kSigmoid, 0.f}}) {
+    SCOPED_TRACE(static_cast<int>(k.kind));
+    Graph g({f});
+    g.activation(g.input(), "act", k.kind, k.alpha);
+    std::vector<float> x = ramp(n * f), dy = ramp(n * f, 0.7f);
+    const CpuRun cpu = run_cpu(g, n, x, dy);
+    std::vector<float> y(x.size()), dx(x.size(), 1.f);
+    kernels::host_for_each(1, n * f, kernels::ActForward<float, F32>{k.act, k.alpha}, y.data(),
+                           static_cast<const float*>(x.data()));
+    expect_near(y, cpu.y, 2e-6f, "activation forward");
+    kernels::host_for_each(1, n * f, kernels::ActBackward<float, F32>{k.act, k.alpha, false}, dx.data(),
+                           static_cast<const float*>(dy.data()), static_cast<const float*>(x.data()),
+                           static_cast<const float*>(y.data()));
+    expect_near(dx, cpu.dx, 2e-6f, "activation backward");
+    // bf16 storage: the same math on rounded values.
+    const std::vector<uint16_t> xb = to_form<uint16_t, kernels::BF16Codec>(x, f, 1, false);
+    std::vector<uint16_t> yb(x.size());
+    kernels::host_for_each(1, n * f, kernels::ActForward<uint16_t, kernels::BF16Codec>{k.act, k.alpha}, yb.data(),
+                           static_cast<const uint16_t*>(xb.data()));
+    expect_near(from_form<uint16_t, kernels::BF16Codec>(yb, f, 1, false), cpu.y, 3e-2f, "bf16 activation");
+  }
 }
 
-TEST(CudaFunctors, ConcatAndLayoutCopiesPlaceEveryElement) {
-  // Two inputs of 2 and 3 channels into 5, NCHW: rows of C_i·H·W with pitch 5·H·W.
+TEST(CudaFunctors, ConcatRowsPlaceEveryElementInEitherLayout) {
+  // Two inputs of 2 and 3 channels into 5. NCHW: rows of C_i·H·W with pitch 5·H·W;
+  // NHWC: rows of C_i with pitch 5.
   const int64_t n = 2, hw = 6;
-  std::vector<float> a = ramp(n * 2 * hw), b = ramp(n * 3 * hw, 0.9f), y(static_cast<size_t>(n * 5 * hw), -1.f);
-  kernels::host_for_each(1, n * 2 * hw, kernels::CopyRows{2 * hw, 5 * hw, 2 * hw, false}, y.data(),
+  const std::vector<float> a = ramp(n * 2 * hw), b = ramp(n * 3 * hw, 0.9f);
+  auto want = [&](int64_t s, int64_t c, int64_t i) {
+    return c < 2 ? a[static_cast<size_t>((s * 2 + c) * hw + i)] : b[static_cast<size_t>((s * 3 + c - 2) * hw + i)];
+  };
+  std::vector<float> y(static_cast<size_t>(n * 5 * hw), -1.f);
+  kernels::host_for_each(1, n * 2 * hw, kernels::CopyRows<float, F32>{2 * hw, 5 * hw, 2 * hw, false}, y.data(),
                          static_cast<const float*>(a.data()));
-  kernels::host_for_each(1, n * 3 * hw, kernels::CopyRows{3 * hw, 5 * hw, 3 * hw, false}, y.data() + 2 * hw,
+  kernels::host_for_each(1, n * 3 * hw, kernels::CopyRows<float, F32>{3 * hw, 5 * hw, 3 * hw, false}, y.data() + 2 * hw,
                          static_cast<const float*>(b.data()));
   for (int64_t s = 0; s < n; ++s)
     for (int64_t c = 0; c < 5; ++c)
-      for (int64_t i = 0; i < hw; ++i) {
-        const float want =
-            c < 2 ? a[static_cast<size_t>((s * 2 + c) * hw + i)] : b[static_cast<size_t>((s * 3 + c - 2) * hw + i)];
-        ASSERT_EQ(y[static_cast<size_t>((s * 5 + c) * hw + i)], want);
-      }
-  // NCHW → NHWC → NCHW is the identity.
-  std::vector<float> nhwc(y.size()), back(y.size());
-  kernels::host_for_each(1, static_cast<int64_t>(y.size()), kernels::ToNhwc{5, hw}, nhwc.data(),
-                         static_cast<const float*>(y.data()));
-  EXPECT_EQ(nhwc[1], y[static_cast<size_t>(hw)]);  // (n0, h0w0, c1) = (n0, c1, h0w0)
-  kernels::host_for_each(1, static_cast<int64_t>(y.size()), kernels::ToNchw{5, hw, false}, back.data(),
-                         static_cast<const float*>(nhwc.data()));
-  EXPECT_EQ(back, y);
+      for (int64_t i = 0; i < hw; ++i) ASSERT_EQ(y[static_cast<size_t>((s * 5 + c) * hw + i)], want(s, c, i));
+  const std::vector<float> an = to_form<float, F32>(a, 2, hw, true), bn = to_form<float, F32>(b, 3, hw, true);
+  std::vector<float> yn(y.size(), -1.f);
+  kernels::host_for_each(1, n * 2 * hw, kernels::CopyRows<float, F32>{2, 5, 2, false}, yn.data(),
+                         static_cast<const float*>(an.data()));
+  kernels::host_for_each(1, n * 3 * hw, kernels::CopyRows<float, F32>{3, 5, 3, false}, yn.data() + 2,
+                         static_cast<const float*>(bn.data()));
+  EXPECT_EQ((from_form<float, F32>(yn, 5, hw, true)), y);
+}
+
+TEST(CudaFunctors, WeightCopiesAndBiasesPlaceEveryElement) {
+  // OIHW → KRSC (OHWI) and the gradient back: element (o, c, r) of the master lands at
+  // (o, r, c) of the copy, and the round trip is the identity.
+  const int64_t k = 4, c = 3, rs = 9;
+  const std::vector<float> w = ramp(k * c * rs);
+  std::vector<float> krsc(w.size()), back(w.size());
+  kernels::host_for_each(1, k * c * rs, kernels::WeightsFromOihw<float, F32>{k, c, rs, true}, krsc.data(),
+                         static_cast<const float*>(w.data()));
+  EXPECT_EQ(krsc[static_cast<size_t>((2 * rs + 5) * c + 1)], w[static_cast<size_t>((2 * c + 1) * rs + 5)]);
+  kernels::host_for_each(1, k * c * rs, kernels::GradToOihw<float, F32>{k, c, rs, true}, back.data(),
+                         static_cast<const float*>(krsc.data()));
+  EXPECT_EQ(back, w);
+  std::vector<uint16_t> half(w.size());
+  kernels::host_for_each(1, k * c * rs, kernels::WeightsFromOihw<uint16_t, kernels::F16Codec>{k, c, rs, false},
+                         half.data(), static_cast<const float*>(w.data()));
+  EXPECT_EQ(half[7], kernels::float_to_half(w[7]));
+  // Per-channel bias: channel of element i in NCHW (pixels 6) and NHWC.
+  const std::vector<float> bias{10.f, 20.f, 30.f};
+  std::vector<float> nchw(2 * 3 * 6, 0.f), nhwc(nchw.size(), 0.f);
+  kernels::host_for_each(1, 36, kernels::AddBias<float, F32>{3, 6}, nchw.data(),
+                         static_cast<const float*>(bias.data()));
+  kernels::host_for_each(1, 36, kernels::AddBias<float, F32>{3, 0}, nhwc.data(),
+                         static_cast<const float*>(bias.data()));
+  EXPECT_EQ(nchw[7], 20.f);   // (n0, c1, p1)
+  EXPECT_EQ(nchw[20], 10.f);  // (n1, c0, p2)
+  EXPECT_EQ(nhwc[7], 20.f);   // (n0, p2, c1)
+  EXPECT_EQ((to_form<float, F32>(nchw, 3, 6, true)), nhwc);
 }
 
 TEST(CudaFunctors, TheLossRowsMatchTheCpuBackendsLossAndGradient) {

@@ -348,13 +348,59 @@ TEST(Trainer, LoadOfAnotherModelIsRefused) {
   }
 }
 
+TEST(Trainer, DynamicLossScalingIsExactAndItsStateIsCheckpointed) {
+  // Scaling the loss by a power of two and the gradients back is exact in f32: the
+  // parameters match an unscaled run's bit for bit.
+  Config off = config();
+  off.set("loss_scaling", "off");
+  Config on = config();
+  on.set("loss_scaling", "dynamic");
+  on.set("loss_scale_init", "1048576");  // 2^20: seven digits, which the checkpoint must keep
+  auto a = tiny(off), b = tiny(on);
+  Trainer ta(a, off), tb(b, on);
+  Batch batch;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(ta.train_step(batch.images, batch.labels, 6).updated);
+    EXPECT_TRUE(tb.train_step(batch.images, batch.labels, 6).updated);
+  }
+  EXPECT_EQ(weights(*a), weights(*b));
+  EXPECT_NE(weights(*a), weights(*tiny(off)));  // it trained
+  EXPECT_EQ(ta.loss_scale(), 0.0);
+  EXPECT_EQ(tb.loss_scale(), 1048576.0);
+  // The scale and its count of good steps travel with a checkpoint.
+  TempDir dir;
+  tb.save_checkpoint(dir.path(), {});
+  Config later = on;
+  later.set("loss_scale_init", "8");
+  auto c = tiny(later);
+  Trainer tc(c, later);
+  EXPECT_EQ(tc.loss_scale(), 8.0);
+  ASSERT_TRUE(tc.load_checkpoint(dir.path()).has_value());
+  EXPECT_EQ(tc.loss_scale(), 1048576.0);
+  tc.train_step(batch.images, batch.labels, 6);
+  tb.train_step(batch.images, batch.labels, 6);
+  EXPECT_EQ(weights(*b), weights(*c));
+  // A mode that cannot unscale refuses rather than train on scaled gradients.
+  Config ps = on;
+  ps.set("variable_update", "parameter_server");
+  try {
+    Trainer t(tiny(ps), ps);
+    ADD_FAILURE() << "a parameter server trained with loss scaling";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loss scaling"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Trainer, PrecisionIsCheckedInOnePlace) {
   Config c = config();
   c.set("precision", "f16");
-  EXPECT_THROW(check_precision(c), Error);
+  EXPECT_THROW(check_precision(c, Device::cpu()), Error);
   EXPECT_THROW(Trainer(tiny(config()), c), Error);
+  EXPECT_NO_THROW(check_precision(c, Device::cuda(0)));  // f16 trains on GPUs (loss scaling)
+  c.set("precision", "bf16");
+  EXPECT_NO_THROW(check_precision(c, Device::cuda(0)));
   c.set("precision", "f32");
-  EXPECT_NO_THROW(check_precision(c));
+  EXPECT_NO_THROW(check_precision(c, Device::cpu()));
 }
 
 // ---------------------------------------------------------------- pipelines for a model
