@@ -3,7 +3,8 @@
 # stub programs (a cohortrun that reports one GPU, a cohort-train that prints a run
 # summary and a loss log, tools that print their tables, GoogleTest executables that
 # pass), it must pass every stage; and it must fail the MNIST stages whose GPU top-1 is
-# more than 1 point from the CPU's, or whose GPU run computed on the CPU. With --perf
+# more than 1 point (1.5 in f16 and bf16) from the CPU's f32, or whose GPU run computed
+# on the CPU. With --perf
 # (a stub Python for the PyTorch reference; each stub run's images/sec taken in turn
 # from a list) it must interleave the runs, take their medians, judge the ratio against
 # 0.98, report a precision cohort refuses as N/A, and do without PyTorch.
@@ -158,17 +159,22 @@ check() {  # check WHAT EXPECTED_STATUS REGEX… -- ENV… [-- ARGS…]: gpu-che
 check "every stage passes" 0 \
   '^tests +PASS +[0-9]+ s +[1-9][0-9]* of [1-9][0-9]* test cases passed' \
   '^topo +PASS +[0-9]+ s +1 socket, 1 NUMA node, 16 cores, 32 hardware threads; 1 GPU' \
-  '^mnist-np1 +PASS .*GPU: loss 2\.269 -> 0\.626 .*top-1 82\.90%.*CPU: top-1 83\.12%.*difference -0\.22 points' \
+  '^mnist-np1 +PASS .*GPU f32: loss 2\.269 -> 0\.626 .*top-1 82\.90% \(-0\.22 points\).*CPU f32: top-1 83\.12%' \
   '^mnist-np2 +PASS ' \
+  '^mnist-mixed +PASS .*GPU f16: loss 2\.269 -> 0\.626 .*top-1 82\.90% \(-0\.22 points\).*GPU bf16: .*CPU f32: top-1 83\.12%' \
   '^resnet50 +PASS .*1001\.5 images/sec' \
   '^bandwidth +PASS .*H2D pinned 54\.61, D2H pinned 54\.10, H2D pageable 7\.50, D2H pageable 11\.50, D2D 1450\.00' \
   '^allreduce +PASS .*one GPU: the path works' \
   '^== gpu-check summary: 1 GPU\(s\), Stub GPU' -- STUB=1
 check "a GPU top-1 2 points below the CPU's fails" 1 \
-  '^mnist-np1 +FAIL .*difference -2\.00 points: more than 1 point apart' \
+  '^mnist-np1 +FAIL .*GPU f32: .*top-1 81\.12% \(-2\.00 points\).*: more than 1 point\(s\) from the CPU.s f32 run' \
+  '^mnist-mixed +FAIL .*GPU f16: .*\(-2\.00 points\).*: more than 1\.5 point\(s\) from the CPU.s f32 run' \
   '^resnet50 +PASS ' -- STUB_TOP1_CUDA=0.8112
+check "mixed precision may be 1.5 points from the CPU's f32, f32 only 1" 1 \
+  '^mnist-np1 +FAIL .*\(-1\.40 points\).*more than 1 point' \
+  '^mnist-mixed +PASS .*GPU f16: .*\(-1\.40 points\).*GPU bf16: .*\(-1\.40 points\)' -- STUB_TOP1_CUDA=0.8172
 check "a GPU run that computed on the CPU fails" 1 \
-  "^mnist-np1 +FAIL .*the GPU run computed on 'cpu'" -- STUB_GPU_DEVICE=cpu
+  "^mnist-np1 +FAIL .*the GPU's f32 run computed on 'cpu'" -- STUB_GPU_DEVICE=cpu
 
 # --perf: f32 far below PyTorch, f16 refused by cohort, bf16 at exactly 0.98 (met).
 check "--perf reports medians, ratios and goals, and a refused precision as N/A" 0 \
