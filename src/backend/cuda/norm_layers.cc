@@ -1,6 +1,7 @@
 // Batch norm (cuDNN's spatial batch norm: per channel over N, H, W, or per feature over
 // N for [N, F] values, in either layout; values of f32 or f16 (bf16 plans normalize in
-// f32) with scale, shift and statistics in f32; the running statistics follow momentum with the unbiased
+// f32) with scale, shift and statistics in f32; in f16 NHWC training, the relu after it
+// fused where backend/cuda/fusion.h pairs them; the running statistics follow momentum with the unbiased
 // variance, as the CPU backend's do) and LRN across channels (cuDNN, in f32 NCHW at
 // every precision: its value is cast around it; alpha is divided by the window size,
 // as oneDNN and PyTorch do).
@@ -12,8 +13,11 @@ namespace {
 class BatchNormLayer final : public CudaLayer {
  public:
   // cuDNN's batch norm takes f16 values beside f32 parameters; bf16 values it does not
-  // document, so a bf16 plan normalizes in f32 (in the plan's layout) between casts.
-  BatchNormLayer(CudaPlan& plan, const LayerSpec& spec, int index) : CudaLayer(plan, spec, index) {
+  // document, so a bf16 plan normalizes in f32 (in the plan's layout) between casts. A
+  // batch norm the fusion pass pairs with the relu after it (backend/cuda/fusion.h)
+  // applies that relu through cuDNN's fused form.
+  BatchNormLayer(CudaPlan& plan, const LayerSpec& spec, int index)
+      : CudaLayer(plan, spec, index), fused_(plan.fusion_.bn_relu.at(static_cast<size_t>(index))) {
     if (dt_ == DType::kBF16) dt_ = DType::kF32;
   }
 
@@ -37,6 +41,10 @@ class BatchNormLayer final : public CudaLayer {
     }
     saved_mean_ = plan_.alloc({c});
     saved_inv_var_ = plan_.alloc({c});
+    if (fused_) {
+      build_fused_forward();
+      return;
+    }
     fwd.push_back({[this] {
       check(
           cudnnBatchNormalizationForwardTraining(
@@ -62,6 +70,17 @@ class BatchNormLayer final : public CudaLayer {
         scratch = plan_.alloc(in().dims(), in().dtype);
         dx = scratch.data();
       }
+      if (fused_) {
+        // dy is the relu's output gradient and y the relu's output: cuDNN masks dy itself.
+        check(cudnnBatchNormalizationBackwardEx(
+                  ctx().cudnn, kFusedMode, kFusedOps, &kOne, beta_for(acc), &kOne, &kZero, in().td, in().x(), out().td,
+                  out().x(), out().td, out().dx(), nullptr, nullptr, in().td, dx, bn_, plan_.param(spec_.params[0]),
+                  plan_.param(spec_.params[1]), plan_.grad(spec_.params[0]), plan_.grad(spec_.params[1]), spec_.eps,
+                  saved_mean_.data_as<float>(), saved_inv_var_.data_as<float>(), relu_, plan_.workspace(),
+                  plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
+              "cudnnBatchNormalizationBackwardEx");
+        return;
+      }
       check(cudnnBatchNormalizationBackward(
                 ctx().cudnn, CUDNN_BATCHNORM_SPATIAL, &kOne, beta_for(acc), &kOne, &kZero, in().td, in().x(), out().td,
                 out().dx(), in().td, dx, bn_, plan_.param(spec_.params[0]), plan_.grad(spec_.params[0]),
@@ -73,8 +92,40 @@ class BatchNormLayer final : public CudaLayer {
   }
 
  private:
+  // cuDNN's fused batch norm + relu: f16 NHWC, persistent spatial mode (fusion.h).
+  static constexpr cudnnBatchNormMode_t kFusedMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+  static constexpr cudnnBatchNormOps_t kFusedOps = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+
+  void build_fused_forward() {
+    check(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0),
+          "cudnnSetActivationDescriptor");
+    size_t fwd_bytes = 0, bwd_bytes = 0, reserve_bytes = 0;
+    check(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx().cudnn, kFusedMode, kFusedOps, in().td, nullptr,
+                                                                   out().td, bn_, relu_, &fwd_bytes),
+          "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize");
+    check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx().cudnn, kFusedMode, kFusedOps, in().td, out().td,
+                                                            out().td, nullptr, in().td, bn_, relu_, &bwd_bytes),
+          "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
+    check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx().cudnn, kFusedMode, kFusedOps, relu_, in().td,
+                                                               &reserve_bytes),
+          "cudnnGetBatchNormalizationTrainingExReserveSpaceSize");
+    plan_.need_workspace(std::max(fwd_bytes, bwd_bytes));
+    reserve_ = plan_.alloc({static_cast<int64_t>(std::max<size_t>(reserve_bytes, 1))}, DType::kU8);
+    fwd.push_back({[this] {
+      check(cudnnBatchNormalizationForwardTrainingEx(
+                ctx().cudnn, kFusedMode, kFusedOps, &kOne, &kZero, in().td, in().x(), nullptr, nullptr, out().td,
+                out().x(), bn_, plan_.param(spec_.params[0]), plan_.param(spec_.params[1]), spec_.momentum,
+                plan_.state(spec_.states[0]), plan_.state(spec_.states[1]), spec_.eps, saved_mean_.data_as<float>(),
+                saved_inv_var_.data_as<float>(), relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(),
+                reserve_.nbytes()),
+            "cudnnBatchNormalizationForwardTrainingEx");
+    }});
+  }
+
+  bool fused_;
   TensorDesc bn_;
-  Tensor saved_mean_, saved_inv_var_;
+  ActDesc relu_;
+  Tensor saved_mean_, saved_inv_var_, reserve_;
 };
 
 class LrnLayer final : public CudaLayer {

@@ -334,6 +334,7 @@ std::unique_ptr<CudaLayer> CudaPlan::make_layer(size_t i) {
 void CudaPlan::build() {
   const size_t n = spec_.layers.size();
   require(n >= 2 && spec_.layers[0].kind == LayerKind::kInput, "a network needs an input and at least one layer");
+  fusion_ = plan_fusion(spec_, opt_);
   vals_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const LayerSpec& l = spec_.layers[i];

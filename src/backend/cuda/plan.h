@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/algo_cache.h"
 #include "backend/cuda/cudnn_util.h"
+#include "backend/cuda/fusion.h"
 #include "backend/math_policy.h"
 #include "backend/precision.h"
 #include "kernels/layer_ops.h"
@@ -170,7 +171,8 @@ class CudaPlan final : public Plan {
   bool loss_computed_ = false;  // the last forward had labels
   Tensor bad_label_;            // i32 [1]: set by the loss kernel for a label outside [0, K)
   const GradReady* ready_ = nullptr;
-  Tensor workspace_;  // the largest workspace a convolution chose
+  Tensor workspace_;  // the largest workspace a convolution or fused batch norm asked
+  Fusion fusion_;     // which relus their batch norms apply (fusion.h)
 
   cudaStream_t stream() const { return static_cast<cudaStream_t>(stream_.native()); }
   float* param(int i) const { return bind_.params.at(static_cast<size_t>(i)).data_as<float>(); }

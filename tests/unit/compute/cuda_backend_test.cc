@@ -46,6 +46,8 @@ std::vector<OpCase> cases() {
       {"dense", {37}, [](Graph& g) { g.dense(g.input(), "fc", 11); }},
       {"batch_norm_4d", {5, 6, 6}, [](Graph& g) { g.batch_norm(g.input(), "bn"); }},
       {"batch_norm_2d", {9}, [](Graph& g) { g.batch_norm(g.input(), "bn"); }},
+      // In f16 training the relu folds into cuDNN's fused batch norm (backend/cuda/fusion.h).
+      {"batch_norm_relu", {8, 6, 6}, [](Graph& g) { g.relu(g.batch_norm(g.input(), "bn"), "relu"); }},
       {"max_pool",
        {3, 8, 8},
        [](Graph& g) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cuda/algo_cache.h"
+#include "backend/cuda/fusion.h"
 #include "backend/cuda/tensor_layout.h"
 #include "backend/math_policy.h"
 #include "core/status.h"
@@ -367,6 +368,38 @@ TEST(CudaFunctors, TheLossRowsMatchTheCpuBackendsLossAndGradient) {
   kernels::host_reduce_into(1, n, kernels::SoftmaxXentLoss{z.data(), labels.data(), k, 0.1f, &bad}, kernels::Plus{},
                             &sum);
   EXPECT_EQ(bad, 1);
+}
+
+// The CUDA plan folds a relu into the batch norm before it exactly where cuDNN's fused
+// form runs: f16 (NHWC) training, the relu the batch norm's only consumer, C % 4 == 0.
+TEST(CudaFusion, AReluFoldsIntoItsBatchNormOnlyWhereCudnnFusesThem) {
+  Graph g({8, 6, 6});
+  const int conv = g.conv(g.input(), "conv", 8, ConvOptions{3, 3, 1, 1, 1, 1, false});
+  const int bn1 = g.batch_norm(conv, "bn1");
+  const int relu1 = g.relu(bn1, "relu1");  // fuses
+  const int bn2 = g.batch_norm(relu1, "bn2");
+  const int relu2 = g.relu(bn2, "relu2");  // bn2 also feeds the add: no fusion
+  const int sum = g.add({bn2, relu2}, "add");
+  const int narrow = g.conv(sum, "narrow", 6, ConvOptions{1, 1, 1, 0, 1, 1, false});
+  const int relu3 = g.relu(g.batch_norm(narrow, "bn3"), "relu3");  // 6 channels: cuDNN needs a multiple of 4
+  g.relu(g.batch_norm(g.flatten(relu3, "flat"), "bn4"), "relu4");  // [N, F]: not an NHWC image
+  const size_t n = g.spec().layers.size();
+  auto fused = [&](backend::Precision p, bool training) {
+    const backend::cuda::Fusion f =
+        backend::cuda::plan_fusion(g.spec(), backend::PlanOptions{.batch = 4, .training = training, .precision = p});
+    EXPECT_EQ(f.bn_relu.size(), n);
+    EXPECT_EQ(f.folded_relu.size(), n);
+    std::vector<int> pairs;
+    for (size_t i = 0; i < n; ++i) {
+      if (f.bn_relu[i]) pairs.push_back(static_cast<int>(i));
+      if (f.folded_relu[i]) pairs.push_back(static_cast<int>(i));
+    }
+    return pairs;
+  };
+  EXPECT_EQ(fused(backend::Precision::kF16, true), (std::vector<int>{bn1, relu1}));
+  EXPECT_TRUE(fused(backend::Precision::kF16, false).empty());  // inference: cuDNN's plain call
+  EXPECT_TRUE(fused(backend::Precision::kF32, true).empty());
+  EXPECT_TRUE(fused(backend::Precision::kBF16, true).empty());  // bf16 batch norm runs in f32
 }
 
 }  // namespace
