@@ -97,7 +97,8 @@ class BatchNormLayer final : public CudaLayer {
   static constexpr cudnnBatchNormOps_t kFusedOps = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
 
   void build_fused_forward() {
-    check(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_NOT_PROPAGATE_NAN, 0.0),
+    // NaN stays NaN, as in the unfused relu (and the loss scaler's overflow check sees it).
+    check(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
           "cudnnSetActivationDescriptor");
     size_t fwd_bytes = 0, bwd_bytes = 0, reserve_bytes = 0;
     check(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx().cudnn, kFusedMode, kFusedOps, in().td, nullptr,
@@ -109,7 +110,8 @@ class BatchNormLayer final : public CudaLayer {
     check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx().cudnn, kFusedMode, kFusedOps, relu_, in().td,
                                                                &reserve_bytes),
           "cudnnGetBatchNormalizationTrainingExReserveSpaceSize");
-    plan_.need_workspace(std::max(fwd_bytes, bwd_bytes));
+    // Never a null workspace: the Ex calls given none may fall back to the unfused form.
+    plan_.need_workspace(std::max({fwd_bytes, bwd_bytes, size_t{1}}));
     reserve_ = plan_.alloc({static_cast<int64_t>(std::max<size_t>(reserve_bytes, 1))}, DType::kU8);
     fwd.push_back({[this] {
       check(cudnnBatchNormalizationForwardTrainingEx(

@@ -48,6 +48,15 @@ std::vector<OpCase> cases() {
       {"batch_norm_2d", {9}, [](Graph& g) { g.batch_norm(g.input(), "bn"); }},
       // In f16 training the relu folds into cuDNN's fused batch norm (backend/cuda/fusion.h).
       {"batch_norm_relu", {8, 6, 6}, [](Graph& g) { g.relu(g.batch_norm(g.input(), "bn"), "relu"); }},
+      // ... where the batch norm's input has another consumer (its gradient adds to it), the
+      // relu has two, and a convolution shares the plan's workspace.
+      {"conv_batch_norm_relu_shared",
+       {4, 6, 6},
+       [=](Graph& g) {
+         const int a = conv(g, g.input(), "conv", 8, same);
+         const int r = g.relu(g.batch_norm(a, "bn"), "relu");
+         g.add({g.add({r, a}, "sum"), r}, "out");
+       }},
       {"max_pool",
        {3, 8, 8},
        [](Graph& g) {
