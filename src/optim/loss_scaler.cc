@@ -1,6 +1,7 @@
 #include "optim/loss_scaler.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/status.h"
 #include "kernels/for_each.h"
@@ -71,25 +72,23 @@ void LossScaler::set_state(double scale, int64_t good_steps) {
 }
 
 void LossScaler::import_state(std::span<const NamedTensor> state) {
-  bool have_scale = false, have_good = false;
+  std::optional<double> scale;
+  std::optional<int64_t> good;
   for (const NamedTensor& e : state) {
     if (e.name == "loss_scale/scale") {
       require(e.tensor.dtype() == DType::kF64 && e.tensor.numel() == 1, "loss scaler state: '", e.name,
               "' must be one f64, got ", e.tensor.describe());
-      const double s = *e.tensor.data_as<double>();
-      require(std::isfinite(s) && s > 0, "loss scaler state: scale ", s, " is not finite and > 0");
-      scale_ = s;
-      have_scale = true;
+      scale = *e.tensor.data_as<double>();
     } else if (e.name == "loss_scale/good_steps") {
       require(e.tensor.dtype() == DType::kI64 && e.tensor.numel() == 1, "loss scaler state: '", e.name,
               "' must be one i64, got ", e.tensor.describe());
-      good_steps_ = *e.tensor.data_as<int64_t>();
-      have_good = true;
+      good = *e.tensor.data_as<int64_t>();
     } else {
       fail(Code::kInvalidArgument, "loss scaler state: unknown entry '", e.name, "'");
     }
   }
-  require(have_scale && have_good, "loss scaler state: 'loss_scale/scale' and 'loss_scale/good_steps' are both needed");
+  require(scale && good, "loss scaler state: 'loss_scale/scale' and 'loss_scale/good_steps' are both needed");
+  set_state(*scale, *good);
 }
 
 }  // namespace cohort

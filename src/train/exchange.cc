@@ -56,8 +56,9 @@ std::unique_ptr<Exchange> make_exchange(ExchangeSetup setup) {
     require(!setup.options.compressed(), "compression=", setup.options.compress_f16 ? "f16" : "bf16",
             " compresses the allreduce of variable_update=replicated; variable_update=", name,
             " cannot use it (set compression=none)");
-    require(setup.scaler == nullptr, "precision=f16 trains with dynamic loss scaling, which variable_update=", name,
-            " does not apply; use precision=bf16 (no loss scaling) or variable_update=replicated");
+    require(setup.scaler == nullptr, "loss scaling (loss_scaling=dynamic, or auto with precision=f16) unscales ",
+            "the allreduced gradients of variable_update=replicated; variable_update=", name,
+            " cannot apply it (set loss_scaling=off, use precision=bf16, or variable_update=replicated)");
     require(setup.options.gradient_predivide_factor == 1.0,
             "gradient_predivide_factor scales the allreduce of variable_update=replicated; variable_update=", name,
             " cannot use it (leave it at 1)");
