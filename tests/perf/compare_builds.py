@@ -4,6 +4,11 @@ and the allreduce (allreduce_perf at np=2, in-place bus bandwidth), each measure
 ROUNDS interleaved rounds (old, new, old, new, ...), with the median of each and the
 ratio new / old. For checking that a change costs nothing on the CPU.
 
+Each allreduce run repeats its size until about 4 GB have been reduced (at least 10,
+at most 50,000 times): on a shared VM a run's first tens of milliseconds can be several
+times slower than the rest, and a short run measures that transient, not the code.
+--models "" leaves out the training rows.
+
 Usage: compare_builds.py OLD_BUILD NEW_BUILD [--rounds 5] [--threads 1,2]
                          [--models mnist_cnn,resnet20,resnet50] [--sizes 64K,4M,64M,256M]
                          [--lock FILE]
@@ -35,6 +40,11 @@ def bench_rate(build, model, threads):
     return float(fields[1]), float(fields[2])  # wall, per CPU second
 
 
+def size_bytes(size):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+
+
 def allreduce_busbw(build, sizes):
     exe = os.path.join(build, "samples/allreduce_perf/allreduce_perf")
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
@@ -42,7 +52,8 @@ def allreduce_busbw(build, sizes):
                COHORT_LOG_LEVEL="warn")
     out = {}
     for size in sizes:
-        p = subprocess.run(["timeout", "600", "mpirun", "-np", "2", exe, "-b", size, "-e", size, "-n", "10", "-w", "2"],
+        iters = str(max(10, min(50000, 4 * 10**9 // size_bytes(size))))
+        p = subprocess.run(["timeout", "600", "mpirun", "-np", "2", exe, "-b", size, "-e", size, "-n", iters, "-w", "5"],
                            env=env, capture_output=True, text=True)
         rows = [line.split() for line in p.stdout.splitlines() if line.strip() and not line.startswith("#")]
         if p.returncode != 0 or not rows:
@@ -67,7 +78,7 @@ def main():
     sizes = a.sizes.split(",")
     print("load average before:", " ".join(open("/proc/loadavg").read().split()[:3]), flush=True)
     rows = []
-    for model in a.models.split(","):
+    for model in filter(None, a.models.split(",")):
         for t in threads:
             lock = open(a.lock, "w") if a.lock else None
             if lock:
