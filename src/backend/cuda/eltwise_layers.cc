@@ -1,7 +1,7 @@
 // Element-wise layers on the kernels/ functors, in the layer's type: the activations
 // (relu, leaky relu, elu, tanh, sigmoid: kernels::act_forward, the CPU backend's math),
-// dropout (kernels::dropout_factor's masks, the CPU backend's) and add; a relu its batch
-// norm applies (fusion.h) is a view of the batch norm's value.
+// dropout (kernels::dropout_factor's masks, the CPU backend's) and add; a relu (and an add
+// before it) its batch norm applies (fusion.h) is a view of the batch norm's value.
 #include "backend/cuda/plan.h"
 #include "kernels/for_each.h"
 #include "kernels/layer_ops.h"
@@ -138,41 +138,49 @@ class AddLayer final : public CudaLayer {
   }
 };
 
-// A relu its batch norm applies (fusion.h): its value is the batch norm's output, the
-// same memory, and the gradient it receives is handed to the batch norm as its own.
-class FoldedReluLayer final : public CudaLayer {
+// A relu, or the add before it, that its batch norm applies (fusion.h): its value is
+// the batch norm's output, the same memory, and the gradient it receives passes to the
+// layer it reads that holds it (the batch norm, or the folded add), as that one's own.
+class FoldedLayer final : public CudaLayer {
  public:
-  using CudaLayer::CudaLayer;
+  FoldedLayer(CudaPlan& plan, const LayerSpec& spec, int index)
+      : CudaLayer(plan, spec, index), source_(plan.fusion_.folded.at(static_cast<size_t>(index))) {}
 
   void build_forward() override {
-    const DVal& bn = plan_.vals_.at(static_cast<size_t>(spec_.inputs.at(0)));
-    if (&in() != &bn)
-      fail(Code::kInternal, "layer '", spec_.name, "': a relu fused into its batch norm reads a cast of it");
-    out().out = in().out;
+    const DVal& src = plan_.vals_.at(static_cast<size_t>(source_));
+    bool reads_it = false;
+    for (size_t k = 0; k < spec_.inputs.size(); ++k)
+      reads_it = reads_it || (spec_.inputs[k] == source_ && &in(static_cast<int>(k)) == &src);
+    if (!reads_it)
+      fail(Code::kInternal, "layer '", spec_.name, "': a layer fused into its batch norm reads a cast of it");
+    out().out = src.out;
   }
 
   void build_backward() override {
-    plan_.grad_read(bwd, out());  // what casts of the relu's value received, and zero if nothing
-    DVal* bn = &in();
-    bn->writers++;  // the batch norm reads it as its own gradient, once its backward runs
-    bwd.push_back({[bn, relu = &out()] {
-      bn->grad = relu->grad;
-      relu->grad = Tensor();
+    plan_.grad_read(bwd, out());  // what casts of its value received, and zero if nothing
+    DVal* src = &plan_.vals_.at(static_cast<size_t>(source_));
+    src->writers++;  // the source reads it as its own gradient, once its backward runs
+    bwd.push_back({[src, v = &out()] {
+      src->grad = v->grad;
+      v->grad = Tensor();
     }});
   }
+
+ private:
+  int source_;
 };
 
 }  // namespace
 
 std::unique_ptr<CudaLayer> make_activation_layer(CudaPlan& plan, const LayerSpec& spec, int index) {
-  if (plan.fusion_.folded_relu.at(static_cast<size_t>(index)))
-    return std::make_unique<FoldedReluLayer>(plan, spec, index);
+  if (plan.fusion_.folded.at(static_cast<size_t>(index)) >= 0) return std::make_unique<FoldedLayer>(plan, spec, index);
   return std::make_unique<ActLayer>(plan, spec, index);
 }
 std::unique_ptr<CudaLayer> make_dropout_layer(CudaPlan& plan, const LayerSpec& spec, int index) {
   return std::make_unique<DropoutLayer>(plan, spec, index);
 }
 std::unique_ptr<CudaLayer> make_add_layer(CudaPlan& plan, const LayerSpec& spec, int index) {
+  if (plan.fusion_.folded.at(static_cast<size_t>(index)) >= 0) return std::make_unique<FoldedLayer>(plan, spec, index);
   return std::make_unique<AddLayer>(plan, spec, index);
 }
 

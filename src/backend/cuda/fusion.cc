@@ -1,5 +1,7 @@
 #include "backend/cuda/fusion.h"
 
+#include <algorithm>
+
 #include "backend/precision.h"
 
 namespace cohort::backend::cuda {
@@ -8,21 +10,36 @@ Fusion plan_fusion(const NetSpec& spec, const PlanOptions& options) {
   const size_t n = spec.layers.size();
   Fusion f;
   f.bn_relu.assign(n, false);
-  f.folded_relu.assign(n, false);
+  f.bn_add.assign(n, -1);
+  f.folded.assign(n, -1);
   if (!options.training) return f;  // inference normalizes with cuDNN's plain call
   std::vector<int> consumers(n, 0);
   for (const LayerSpec& l : spec.layers)
     for (int src : l.inputs) consumers[static_cast<size_t>(src)]++;
+  auto f16 = [&](const LayerSpec& l) { return compute_dtype(l, options.precision) == DType::kF16; };
+  auto fusable_bn = [&](size_t i) {
+    const LayerSpec& bn = spec.layers[i];
+    return bn.kind == LayerKind::kBatchNorm && consumers[i] == 1 && bn.shape.size() == 3 && bn.shape[0] % 4 == 0 &&
+           f16(bn) && !f.bn_relu[i];
+  };
   for (size_t j = 1; j < n; ++j) {
     const LayerSpec& relu = spec.layers[j];
-    if (relu.kind != LayerKind::kActivation || relu.act != ActKind::kRelu || relu.inputs.size() != 1) continue;
-    const size_t i = static_cast<size_t>(relu.inputs[0]);
-    const LayerSpec& bn = spec.layers[i];
-    if (bn.kind != LayerKind::kBatchNorm || consumers[i] != 1 || bn.shape.size() != 3 || bn.shape[0] % 4 != 0) continue;
-    if (compute_dtype(bn, options.precision) != DType::kF16 || compute_dtype(relu, options.precision) != DType::kF16)
+    if (relu.kind != LayerKind::kActivation || relu.act != ActKind::kRelu || relu.inputs.size() != 1 || !f16(relu))
       continue;
-    f.bn_relu[i] = true;
-    f.folded_relu[j] = true;
+    const size_t i = static_cast<size_t>(relu.inputs[0]);
+    if (fusable_bn(i)) {  // relu(bn(x))
+      f.bn_relu[i] = true;
+      f.folded[j] = static_cast<int>(i);
+      continue;
+    }
+    const LayerSpec& add = spec.layers[i];  // relu(bn(x) + z)?
+    if (add.kind != LayerKind::kAdd || add.inputs.size() != 2 || consumers[i] != 1 || !f16(add)) continue;
+    const int bn = std::max(add.inputs[0], add.inputs[1]), z = std::min(add.inputs[0], add.inputs[1]);
+    if (bn == z || !fusable_bn(static_cast<size_t>(bn))) continue;
+    f.bn_relu[static_cast<size_t>(bn)] = true;
+    f.bn_add[static_cast<size_t>(bn)] = z;
+    f.folded[i] = bn;
+    f.folded[j] = static_cast<int>(i);
   }
   return f;
 }

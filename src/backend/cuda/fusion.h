@@ -1,12 +1,16 @@
 // The fusion pass of the CUDA plan (host code, built with or without CUDA): which
-// relus the batch norm before them applies through cuDNN's fused batch norm
-// (cudnnBatchNormalization{ForwardTraining,Backward}Ex with
-// CUDNN_BATCHNORM_OPS_BN_ACTIVATION). cuDNN runs that fused form only for f16 NHWC
-// values in CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode with a channel count that is a
-// multiple of 4, so a pair fuses where the precision makes both layers f16 (images
-// are NHWC at reduced precision), the plan trains, and the relu is the batch norm's
-// only consumer. A fused relu's value is its batch norm's (the same memory), and so is
-// its gradient: reading either layer's value gives the relu's output.
+// relus (and which adds before them) the batch norm before them applies through cuDNN's
+// fused batch norm (cudnnBatchNormalization{ForwardTraining,Backward}Ex with
+// CUDNN_BATCHNORM_OPS_BN_ACTIVATION, or CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION for
+// relu(bn(x) + z), a residual block's end). cuDNN runs that fused form only for f16
+// NHWC values in CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode with a channel count that is
+// a multiple of 4, so layers fuse where the precision makes them all f16 (images are
+// NHWC at reduced precision), the plan trains, and each value but the relu's has the
+// next fused layer as its only consumer. For relu(add(bn, z)) the batch norm is the
+// add's later input, so that z is computed before it runs (a downsampling block's own
+// batch norm fuses, with the main branch as z). A fused layer's value is its batch
+// norm's (the same memory), and so is its gradient: reading the batch norm's, the
+// add's or the relu's value gives the relu's output.
 #pragma once
 
 #include <vector>
@@ -16,8 +20,10 @@
 namespace cohort::backend::cuda {
 
 struct Fusion {
-  std::vector<bool> bn_relu;      // per layer: a batch norm that applies the relu after it
-  std::vector<bool> folded_relu;  // per layer: a relu its batch norm applies
+  std::vector<bool> bn_relu;  // per layer: a batch norm that applies the relu after it
+  std::vector<int> bn_add;    // per such batch norm: the layer whose value it adds before the relu, or -1
+  std::vector<int> folded;    // per layer: for a relu or add its batch norm applies, the layer it reads that
+                              // holds its value (the batch norm or the folded add), else -1
 };
 
 Fusion plan_fusion(const NetSpec& spec, const PlanOptions& options);

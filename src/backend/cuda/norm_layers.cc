@@ -1,11 +1,12 @@
 // Batch norm (cuDNN's spatial batch norm: per channel over N, H, W, or per feature over
 // N for [N, F] values, in either layout; values of f32 or f16 (bf16 plans normalize in
-// f32) with scale, shift and statistics in f32; in f16 NHWC training, the relu after it
-// fused where backend/cuda/fusion.h pairs them; the running statistics follow momentum with the unbiased
-// variance, as the CPU backend's do) and LRN across channels (cuDNN, in f32 NCHW at
+// f32) with scale, shift and statistics in f32; in f16 NHWC training, the relu after it,
+// or the add and the relu after it, fused where backend/cuda/fusion.h finds them; the
+// running statistics follow momentum with the unbiased variance, as the CPU backend's do) and LRN across channels (cuDNN, in f32 NCHW at
 // every precision: its value is cast around it; alpha is divided by the window size,
 // as oneDNN and PyTorch do).
 #include "backend/cuda/plan.h"
+#include "kernels/for_each.h"
 
 namespace cohort::backend::cuda {
 namespace {
@@ -15,9 +16,12 @@ class BatchNormLayer final : public CudaLayer {
   // cuDNN's batch norm takes f16 values beside f32 parameters; bf16 values it does not
   // document, so a bf16 plan normalizes in f32 (in the plan's layout) between casts. A
   // batch norm the fusion pass pairs with the relu after it (backend/cuda/fusion.h)
-  // applies that relu through cuDNN's fused form.
+  // applies that relu, and the add before it where there is one, through cuDNN's fused
+  // form.
   BatchNormLayer(CudaPlan& plan, const LayerSpec& spec, int index)
-      : CudaLayer(plan, spec, index), fused_(plan.fusion_.bn_relu.at(static_cast<size_t>(index))) {
+      : CudaLayer(plan, spec, index),
+        fused_(plan.fusion_.bn_relu.at(static_cast<size_t>(index))),
+        add_(plan.fusion_.bn_add.at(static_cast<size_t>(index))) {
     if (dt_ == DType::kBF16) dt_ = DType::kF32;
   }
 
@@ -61,7 +65,11 @@ class BatchNormLayer final : public CudaLayer {
     // batch norm of the input itself writes it into scratch memory.
     const bool wanted = in().needs_grad;
     const bool acc = wanted && plan_.grad_write(bwd, in());
-    bwd.push_back({[this, wanted, acc] {
+    // z's gradient (relu(bn(x) + z)): cuDNN writes it, with no blending, so one that
+    // adds to another writer's goes through scratch memory.
+    const bool z_wanted = z_ && z_->needs_grad;
+    const bool z_acc = z_wanted && plan_.grad_write(bwd, *z_);
+    bwd.push_back({[this, wanted, acc, z_wanted, z_acc] {
       Tensor scratch;
       void* dx = nullptr;
       if (wanted) {
@@ -72,13 +80,27 @@ class BatchNormLayer final : public CudaLayer {
       }
       if (fused_) {
         // dy is the relu's output gradient and y the relu's output: cuDNN masks dy itself.
+        Tensor z_scratch;
+        void* dz = nullptr;
+        if (z_) {
+          if (z_wanted && !z_acc) {
+            dz = z_->dx();
+          } else {
+            z_scratch = plan_.alloc(z_->dims(), z_->dtype);
+            dz = z_scratch.data();
+          }
+        }
         check(cudnnBatchNormalizationBackwardEx(
-                  ctx().cudnn, kFusedMode, kFusedOps, &kOne, beta_for(acc), &kOne, &kZero, in().td, in().x(), out().td,
-                  out().x(), out().td, out().dx(), nullptr, nullptr, in().td, dx, bn_, plan_.param(spec_.params[0]),
-                  plan_.param(spec_.params[1]), plan_.grad(spec_.params[0]), plan_.grad(spec_.params[1]), spec_.eps,
-                  saved_mean_.data_as<float>(), saved_inv_var_.data_as<float>(), relu_, plan_.workspace(),
-                  plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
+                  ctx().cudnn, kFusedMode, ops(), &kOne, beta_for(acc), &kOne, &kZero, in().td, in().x(), out().td,
+                  out().x(), out().td, out().dx(), z_ ? z_->td.get() : nullptr, dz, in().td, dx, bn_,
+                  plan_.param(spec_.params[0]), plan_.param(spec_.params[1]), plan_.grad(spec_.params[0]),
+                  plan_.grad(spec_.params[1]), spec_.eps, saved_mean_.data_as<float>(),
+                  saved_inv_var_.data_as<float>(), relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(),
+                  reserve_.nbytes()),
               "cudnnBatchNormalizationBackwardEx");
+        if (z_acc)
+          kernels::for_each(cstream(), z_->numel(), kernels::CopyTo<uint16_t, kernels::F16Codec>{true},
+                            z_->dxs<uint16_t>(), static_cast<const uint16_t*>(z_scratch.data()));
         return;
       }
       check(cudnnBatchNormalizationBackward(
@@ -92,22 +114,27 @@ class BatchNormLayer final : public CudaLayer {
   }
 
  private:
-  // cuDNN's fused batch norm + relu: f16 NHWC, persistent spatial mode (fusion.h).
+  // cuDNN's fused batch norm + (add +) relu: f16 NHWC, persistent spatial mode (fusion.h).
   static constexpr cudnnBatchNormMode_t kFusedMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-  static constexpr cudnnBatchNormOps_t kFusedOps = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  cudnnBatchNormOps_t ops() const {
+    return z_ ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+  }
 
   void build_fused_forward() {
+    // z as the add reads it: f16 NHWC, computed before this layer (fusion.h).
+    if (add_ >= 0) z_ = &plan_.as(plan_.vals_.at(static_cast<size_t>(add_)), DType::kF16, true, fwd);
+    const cudnnTensorDescriptor_t z_td = z_ ? z_->td.get() : nullptr;
     // NaN stays NaN, as in the unfused relu (and the loss scaler's overflow check sees it).
     check(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
           "cudnnSetActivationDescriptor");
     size_t fwd_bytes = 0, bwd_bytes = 0, reserve_bytes = 0;
-    check(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx().cudnn, kFusedMode, kFusedOps, in().td, nullptr,
+    check(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, z_td,
                                                                    out().td, bn_, relu_, &fwd_bytes),
           "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize");
-    check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx().cudnn, kFusedMode, kFusedOps, in().td, out().td,
-                                                            out().td, nullptr, in().td, bn_, relu_, &bwd_bytes),
+    check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, out().td,
+                                                            out().td, z_td, in().td, bn_, relu_, &bwd_bytes),
           "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
-    check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx().cudnn, kFusedMode, kFusedOps, relu_, in().td,
+    check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx().cudnn, kFusedMode, ops(), relu_, in().td,
                                                                &reserve_bytes),
           "cudnnGetBatchNormalizationTrainingExReserveSpaceSize");
     // Never a null workspace: the Ex calls given none may fall back to the unfused form.
@@ -115,7 +142,8 @@ class BatchNormLayer final : public CudaLayer {
     reserve_ = plan_.alloc({static_cast<int64_t>(std::max<size_t>(reserve_bytes, 1))}, DType::kU8);
     fwd.push_back({[this] {
       check(cudnnBatchNormalizationForwardTrainingEx(
-                ctx().cudnn, kFusedMode, kFusedOps, &kOne, &kZero, in().td, in().x(), nullptr, nullptr, out().td,
+                ctx().cudnn, kFusedMode, ops(), &kOne, &kZero, in().td, in().x(), z_ ? z_->td.get() : nullptr,
+                z_ ? z_->x() : nullptr, out().td,
                 out().x(), bn_, plan_.param(spec_.params[0]), plan_.param(spec_.params[1]), spec_.momentum,
                 plan_.state(spec_.states[0]), plan_.state(spec_.states[1]), spec_.eps, saved_mean_.data_as<float>(),
                 saved_inv_var_.data_as<float>(), relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(),
@@ -125,6 +153,8 @@ class BatchNormLayer final : public CudaLayer {
   }
 
   bool fused_;
+  int add_;            // the layer whose value the fused form adds before its relu, or -1
+  DVal* z_ = nullptr;  // that value as it is read (f16 NHWC)
   TensorDesc bn_;
   ActDesc relu_;
   Tensor saved_mean_, saved_inv_var_, reserve_;

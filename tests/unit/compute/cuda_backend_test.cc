@@ -57,6 +57,24 @@ std::vector<OpCase> cases() {
          const int r = g.relu(g.batch_norm(a, "bn"), "relu");
          g.add({g.add({r, a}, "sum"), r}, "out");
        }},
+      // relu(bn(x) + z) folds into the batch norm too (f16 training), with z the block's input...
+      {"batch_norm_add_relu",
+       {8, 6, 6},
+       [=](Graph& g) {
+         const int bn = g.batch_norm(conv(g, g.input(), "conv", 8, same), "bn");
+         g.relu(g.add({bn, g.input()}, "add"), "relu");
+       }},
+      // ... or the main branch, when the shortcut's batch norm comes later; here z has another
+      // consumer after the add (cuDNN's gradient of z adds to what that one wrote).
+      {"residual_downsample_shared",
+       {4, 6, 6},
+       [=](Graph& g) {
+         const int a = conv(g, g.input(), "a", 8, same);
+         const int main = g.batch_norm(conv(g, a, "main", 8, same), "bn_main");
+         const int sc = g.batch_norm(conv(g, a, "sc", 8, same), "bn_sc");
+         const int r = g.relu(g.add({main, sc}, "add"), "relu");
+         g.add({r, main}, "out");
+       }},
       {"max_pool",
        {3, 8, 8},
        [](Graph& g) {

@@ -388,11 +388,13 @@ TEST(CudaFusion, AReluFoldsIntoItsBatchNormOnlyWhereCudnnFusesThem) {
     const backend::cuda::Fusion f =
         backend::cuda::plan_fusion(g.spec(), backend::PlanOptions{.batch = 4, .training = training, .precision = p});
     EXPECT_EQ(f.bn_relu.size(), n);
-    EXPECT_EQ(f.folded_relu.size(), n);
+    EXPECT_EQ(f.bn_add.size(), n);
+    EXPECT_EQ(f.folded.size(), n);
     std::vector<int> pairs;
     for (size_t i = 0; i < n; ++i) {
       if (f.bn_relu[i]) pairs.push_back(static_cast<int>(i));
-      if (f.folded_relu[i]) pairs.push_back(static_cast<int>(i));
+      if (f.folded[i] >= 0) pairs.push_back(static_cast<int>(i));
+      EXPECT_EQ(f.bn_add[i], -1) << i;
     }
     return pairs;
   };
@@ -400,6 +402,54 @@ TEST(CudaFusion, AReluFoldsIntoItsBatchNormOnlyWhereCudnnFusesThem) {
   EXPECT_TRUE(fused(backend::Precision::kF16, false).empty());  // inference: cuDNN's plain call
   EXPECT_TRUE(fused(backend::Precision::kF32, true).empty());
   EXPECT_TRUE(fused(backend::Precision::kBF16, true).empty());  // bf16 batch norm runs in f32
+}
+
+// relu(bn(x) + z), a residual block's end, folds into the batch norm that is the add's
+// later input: in an identity block the main branch's, with the block's input as z; in
+// a downsampling block the shortcut's own batch norm, with the main branch as z.
+TEST(CudaFusion, AResidualAddAndReluFoldIntoTheLaterBatchNorm) {
+  Graph g({8, 6, 6});
+  const ConvOptions same{3, 3, 1, 1, 1, 1, false};
+  const int stem = g.relu(g.batch_norm(g.conv(g.input(), "stem", 8, same), "stem_bn"), "stem_relu");
+  // identity block
+  const int bn_a = g.batch_norm(g.conv(stem, "a", 8, same), "a_bn");
+  const int add_a = g.add({bn_a, stem}, "a_add");
+  const int out_a = g.relu(add_a, "a_relu");
+  // downsampling block: the main branch first, the shortcut's batch norm after it
+  const int bn_b = g.batch_norm(g.conv(out_a, "b", 16, same), "b_bn");
+  const int bn_sc = g.batch_norm(g.conv(out_a, "b_sc", 16, same), "b_sc_bn");
+  const int add_b = g.add({bn_b, bn_sc}, "b_add");
+  const int out_b = g.relu(add_b, "b_relu");
+  // not fused: the add's value has a second consumer; three inputs
+  const int bn_c = g.batch_norm(g.conv(out_b, "c", 16, same), "c_bn");
+  const int add_c = g.add({bn_c, out_b}, "c_add");
+  const int out_c = g.relu(add_c, "c_relu");
+  const int bn_d = g.batch_norm(g.conv(g.add({out_c, add_c}, "c_sum"), "d", 16, same), "d_bn");
+  g.relu(g.add({bn_d, out_c, out_b}, "d_add"), "d_relu");
+  const backend::cuda::Fusion f = backend::cuda::plan_fusion(
+      g.spec(), backend::PlanOptions{.batch = 4, .training = true, .precision = backend::Precision::kF16});
+  auto at = [](const std::vector<int>& v, int i) { return v.at(static_cast<size_t>(i)); };
+  EXPECT_TRUE(f.bn_relu.at(static_cast<size_t>(bn_a)));
+  EXPECT_EQ(at(f.bn_add, bn_a), stem);
+  EXPECT_EQ(at(f.folded, add_a), bn_a);
+  EXPECT_EQ(at(f.folded, out_a), add_a);
+  EXPECT_FALSE(f.bn_relu.at(static_cast<size_t>(bn_b)));  // the earlier input: z
+  EXPECT_TRUE(f.bn_relu.at(static_cast<size_t>(bn_sc)));
+  EXPECT_EQ(at(f.bn_add, bn_sc), bn_b);
+  EXPECT_EQ(at(f.folded, add_b), bn_sc);
+  EXPECT_EQ(at(f.folded, out_b), add_b);
+  for (int i : {bn_c, bn_d}) {
+    EXPECT_FALSE(f.bn_relu.at(static_cast<size_t>(i))) << i;
+    EXPECT_EQ(at(f.bn_add, i), -1) << i;
+  }
+  EXPECT_EQ(at(f.folded, add_c), -1);
+  EXPECT_EQ(at(f.folded, out_c), -1);
+  int folded = 0;
+  for (int v : f.folded) folded += v >= 0 ? 1 : 0;
+  EXPECT_EQ(folded, 5);  // stem_relu, a_add, a_relu, b_add, b_relu
+  const backend::cuda::Fusion f32 = backend::cuda::plan_fusion(
+      g.spec(), backend::PlanOptions{.batch = 4, .training = true, .precision = backend::Precision::kF32});
+  for (int v : f32.folded) EXPECT_EQ(v, -1);
 }
 
 }  // namespace
