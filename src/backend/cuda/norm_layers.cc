@@ -2,9 +2,9 @@
 // N for [N, F] values, in either layout; values of f32 or f16 (bf16 plans normalize in
 // f32) with scale, shift and statistics in f32; in f16 NHWC training, the relu after it,
 // or the add and the relu after it, fused where backend/cuda/fusion.h finds them; the
-// running statistics follow momentum with the unbiased variance, as the CPU backend's do) and LRN across channels (cuDNN, in f32 NCHW at
-// every precision: its value is cast around it; alpha is divided by the window size,
-// as oneDNN and PyTorch do).
+// running statistics follow momentum with the unbiased variance, as the CPU backend's do) and LRN across channels
+// (cuDNN, in f32 NCHW at every precision: its value is cast around it; alpha is divided by the window size, as oneDNN
+// and PyTorch do).
 #include "backend/cuda/plan.h"
 #include "kernels/for_each.h"
 
@@ -94,9 +94,8 @@ class BatchNormLayer final : public CudaLayer {
                   ctx().cudnn, kFusedMode, ops(), &kOne, beta_for(acc), &kOne, &kZero, in().td, in().x(), out().td,
                   out().x(), out().td, out().dx(), z_ ? z_->td.get() : nullptr, dz, in().td, dx, bn_,
                   plan_.param(spec_.params[0]), plan_.param(spec_.params[1]), plan_.grad(spec_.params[0]),
-                  plan_.grad(spec_.params[1]), spec_.eps, saved_mean_.data_as<float>(),
-                  saved_inv_var_.data_as<float>(), relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(),
-                  reserve_.nbytes()),
+                  plan_.grad(spec_.params[1]), spec_.eps, saved_mean_.data_as<float>(), saved_inv_var_.data_as<float>(),
+                  relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
               "cudnnBatchNormalizationBackwardEx");
         if (z_acc)
           kernels::for_each(cstream(), z_->numel(), kernels::CopyTo<uint16_t, kernels::F16Codec>{true},
@@ -131,8 +130,8 @@ class BatchNormLayer final : public CudaLayer {
     check(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, z_td,
                                                                    out().td, bn_, relu_, &fwd_bytes),
           "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize");
-    check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, out().td,
-                                                            out().td, z_td, in().td, bn_, relu_, &bwd_bytes),
+    check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, out().td, out().td,
+                                                            z_td, in().td, bn_, relu_, &bwd_bytes),
           "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
     check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx().cudnn, kFusedMode, ops(), relu_, in().td,
                                                                &reserve_bytes),
@@ -143,11 +142,10 @@ class BatchNormLayer final : public CudaLayer {
     fwd.push_back({[this] {
       check(cudnnBatchNormalizationForwardTrainingEx(
                 ctx().cudnn, kFusedMode, ops(), &kOne, &kZero, in().td, in().x(), z_ ? z_->td.get() : nullptr,
-                z_ ? z_->x() : nullptr, out().td,
-                out().x(), bn_, plan_.param(spec_.params[0]), plan_.param(spec_.params[1]), spec_.momentum,
-                plan_.state(spec_.states[0]), plan_.state(spec_.states[1]), spec_.eps, saved_mean_.data_as<float>(),
-                saved_inv_var_.data_as<float>(), relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(),
-                reserve_.nbytes()),
+                z_ ? z_->x() : nullptr, out().td, out().x(), bn_, plan_.param(spec_.params[0]),
+                plan_.param(spec_.params[1]), spec_.momentum, plan_.state(spec_.states[0]),
+                plan_.state(spec_.states[1]), spec_.eps, saved_mean_.data_as<float>(), saved_inv_var_.data_as<float>(),
+                relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
             "cudnnBatchNormalizationForwardTrainingEx");
     }});
   }
