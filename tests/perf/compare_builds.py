@@ -42,7 +42,10 @@ def bench_rate(build, model, threads):
 
 def size_bytes(size):
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    digits, unit = (size[:-1], units[size[-1]]) if size and size[-1] in units else (size, 1)
+    if not digits.isdigit() or int(digits) == 0:
+        sys.exit(f"--sizes: '{size}' is not a byte count (a positive integer, optionally with K, M or G)")
+    return int(digits) * unit
 
 
 def allreduce_busbw(build, sizes):

@@ -20,7 +20,7 @@ Fusion plan_fusion(const NetSpec& spec, const PlanOptions& options) {
   auto fusable_bn = [&](size_t i) {
     const LayerSpec& bn = spec.layers[i];
     return bn.kind == LayerKind::kBatchNorm && consumers[i] == 1 && bn.shape.size() == 3 && bn.shape[0] % 4 == 0 &&
-           f16(bn) && !f.bn_relu[i];
+           f16(bn);
   };
   for (size_t j = 1; j < n; ++j) {
     const LayerSpec& relu = spec.layers[j];

@@ -1,10 +1,11 @@
 // Batch norm (cuDNN's spatial batch norm: per channel over N, H, W, or per feature over
 // N for [N, F] values, in either layout; values of f32 or f16 (bf16 plans normalize in
-// f32) with scale, shift and statistics in f32; in f16 NHWC training, the relu after it,
-// or the add and the relu after it, fused where backend/cuda/fusion.h finds them; the
-// running statistics follow momentum with the unbiased variance, as the CPU backend's do) and LRN across channels
-// (cuDNN, in f32 NCHW at every precision: its value is cast around it; alpha is divided by the window size, as oneDNN
-// and PyTorch do).
+// f32) with scale, shift and statistics in f32; in f16 NHWC training, the relu after
+// it, or the add and the relu after it, fused where backend/cuda/fusion.h finds them;
+// the running statistics follow momentum with the unbiased variance, as the CPU
+// backend's do) and LRN across channels (cuDNN, in f32 NCHW at every precision: its
+// value is cast around it; alpha is divided by the window size, as oneDNN and PyTorch
+// do).
 #include "backend/cuda/plan.h"
 #include "kernels/for_each.h"
 
