@@ -85,6 +85,9 @@ class Plan {
   // stops. Off by default: timing costs two clock reads per primitive.
   virtual void set_profiling(bool on) = 0;
   virtual const PlanProfile& profile() const = 0;
+  // Whether the plan's passes now replay captured device graphs (CUDA with cuda_graphs=on,
+  // after its warm-up; false on the CPU, and once a capture has failed).
+  virtual bool replays_graphs() const { return false; }
 };
 
 class Backend {
@@ -108,6 +111,7 @@ class Backend {
 struct BackendOptions {
   std::shared_ptr<Allocator> memory;  // device memory of its plans (null: a cache of its own)
   Tf32 tf32 = Tf32::kAuto;            // the f32 math policy (math_policy.h)
+  bool cuda_graphs = false;           // CUDA: replay the plans' passes from graphs (cuda/step_graphs.h)
 };
 
 // The backend for `device`: the oneDNN CPU backend for host devices, the CUDA backend

@@ -27,6 +27,7 @@ class CudaBackend final : public Backend {
     minor_ = prop.minor;
     ctx_.policy = options.tf32;
     ctx_.tf32 = tf32_enabled(options.tf32, major_, minor_);
+    ctx_.graphs = options.cuda_graphs;
     ctx_.memory = options.memory ? options.memory : make_caching_allocator(Device::cuda(device));
     require(ctx_.memory->device() == Device::cuda(device), "the CUDA backend on cuda:", device,
             " was given an allocator of ", ctx_.memory->device().to_string());
@@ -51,7 +52,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return cat("cuda:", ctx_.device); }
   std::string describe() const override {
     return cat("cuda:", ctx_.device, " (", gpu_name_, ", cuDNN ", cudnnGetVersion(), "), ",
-               describe_math(ctx_.policy, major_, minor_));
+               describe_math(ctx_.policy, major_, minor_), ctx_.graphs ? ", CUDA graphs" : "");
   }
   Device device() const override { return Device::cuda(ctx_.device); }
   Stream stream() const override { return stream_.get(); }

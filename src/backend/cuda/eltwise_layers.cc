@@ -69,15 +69,16 @@ class DropoutLayer final : public CudaLayer {
   void build_forward() override {
     identity_ = !training() || spec_.p <= 0.f;
     if (identity_) {  // the input's memory, whatever it is at this step
-      fwd.push_back({[this] { out().out = in().out; }});
+      fwd.push_back({[this] { out().out = in().out; }, 0, false, StepKind::kHost});
       return;
     }
     alloc_out();
     with_type(dtype(), [&]<typename S, typename C>() {
       fwd.push_back({[this] {
-        const kernels::DropoutForward<S, C> f{draws(), plan_.opt_.seed, spec_.p, channels(), pixels()};
-        kernels::for_each(cstream(), out().numel(), f, out().xs<S>(), in().cxs<S>());
-      }});
+                       const kernels::DropoutForward<S, C> f{draws(), plan_.opt_.seed, spec_.p, channels(), pixels()};
+                       kernels::for_each(cstream(), out().numel(), f, out().xs<S>(), in().cxs<S>());
+                     },
+                     0, false, StepKind::kHost});  // the draws are the step's
     });
   }
 
@@ -86,14 +87,16 @@ class DropoutLayer final : public CudaLayer {
     if (in().needs_grad) {
       const bool acc = plan_.grad_write(bwd, in());
       with_type(dtype(), [&]<typename S, typename C>() {
-        bwd.push_back({[this, acc] {
-          if (identity_) {
-            kernels::for_each(cstream(), in().numel(), kernels::CopyTo<S, C>{acc}, in().dxs<S>(), out().cdxs<S>());
-            return;
-          }
-          const kernels::DropoutBackward<S, C> f{draws(), plan_.opt_.seed, spec_.p, acc, channels(), pixels()};
-          kernels::for_each(cstream(), in().numel(), f, in().dxs<S>(), out().cdxs<S>());
-        }});
+        bwd.push_back(
+            {[this, acc] {
+               if (identity_) {
+                 kernels::for_each(cstream(), in().numel(), kernels::CopyTo<S, C>{acc}, in().dxs<S>(), out().cdxs<S>());
+                 return;
+               }
+               const kernels::DropoutBackward<S, C> f{draws(), plan_.opt_.seed, spec_.p, acc, channels(), pixels()};
+               kernels::for_each(cstream(), in().numel(), f, in().dxs<S>(), out().cdxs<S>());
+             },
+             0, false, StepKind::kHost});
       });
     }
     plan_.grad_done(bwd, out());
@@ -160,10 +163,12 @@ class FoldedLayer final : public CudaLayer {
     plan_.grad_read(bwd, out());  // what casts of its value received, and zero if nothing
     DVal* src = &plan_.vals_.at(static_cast<size_t>(source_));
     src->writers++;  // the source reads it as its own gradient, once its backward runs
-    bwd.push_back({[src, v = &out()] {
-      src->grad = v->grad;
-      v->grad = Tensor();
-    }});
+    // A host step (it moves a tensor): with graphs both keep the memory, shared.
+    bwd.push_back({[src, v = &out(), keep = plan_.graphs()] {
+                     src->grad = v->grad;
+                     if (!keep) v->grad = Tensor();
+                   },
+                   0, false, StepKind::kHost});
   }
 
  private:

@@ -71,26 +71,16 @@ class BatchNormLayer final : public CudaLayer {
     const bool z_wanted = z_ && z_->needs_grad;
     const bool z_acc = z_wanted && plan_.grad_write(bwd, *z_);
     bwd.push_back({[this, wanted, acc, z_wanted, z_acc] {
-      Tensor scratch;
-      void* dx = nullptr;
-      if (wanted) {
-        dx = in().dx();
-      } else {
-        scratch = plan_.alloc(in().dims(), in().dtype);
-        dx = scratch.data();
-      }
+      // Scratch memory is kept once made (a graph's replay reuses the pointers it saw).
+      auto scratch = [&](Tensor& t, const DVal& like) {
+        if (!t.defined() || t.data() == nullptr) t = plan_.alloc(like.dims(), like.dtype);
+        return t.data();
+      };
+      void* dx = wanted ? in().dx() : scratch(dx_scratch_, in());
       if (fused_) {
         // dy is the relu's output gradient and y the relu's output: cuDNN masks dy itself.
-        Tensor z_scratch;
         void* dz = nullptr;
-        if (z_) {
-          if (z_wanted && !z_acc) {
-            dz = z_->dx();
-          } else {
-            z_scratch = plan_.alloc(z_->dims(), z_->dtype);
-            dz = z_scratch.data();
-          }
-        }
+        if (z_) dz = z_wanted && !z_acc ? z_->dx() : scratch(dz_scratch_, *z_);
         check(cudnnBatchNormalizationBackwardEx(
                   ctx().cudnn, kFusedMode, ops(), &kOne, beta_for(acc), &kOne, &kZero, in().td, in().x(), out().td,
                   out().x(), out().td, out().dx(), z_ ? z_->td.get() : nullptr, dz, in().td, dx, bn_,
@@ -100,7 +90,7 @@ class BatchNormLayer final : public CudaLayer {
               "cudnnBatchNormalizationBackwardEx");
         if (z_acc)
           kernels::for_each(cstream(), z_->numel(), kernels::CopyTo<uint16_t, kernels::F16Codec>{true},
-                            z_->dxs<uint16_t>(), static_cast<const uint16_t*>(z_scratch.data()));
+                            z_->dxs<uint16_t>(), static_cast<const uint16_t*>(dz_scratch_.data()));
         return;
       }
       check(cudnnBatchNormalizationBackward(
@@ -157,6 +147,7 @@ class BatchNormLayer final : public CudaLayer {
   TensorDesc bn_;
   ActDesc relu_;
   Tensor saved_mean_, saved_inv_var_, reserve_;
+  Tensor dx_scratch_, dz_scratch_;  // the input's and z's gradients where they are not wanted as such
 };
 
 class LrnLayer final : public CudaLayer {

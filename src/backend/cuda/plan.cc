@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/logging.h"
 #include "kernels/for_each.h"
 #include "kernels/layer_ops.h"
 #include "tensor/device_api.h"
@@ -36,6 +37,44 @@ Shape user_shape(int64_t batch, const Shape& sample, Layout layout) {
   return s;
 }
 
+// Stream capture on the plan's stream: in thread-local mode, so that a call of this
+// thread that a graph cannot hold fails (and turns graphs off) instead of running.
+class CudaGraphOps final : public GraphOps {
+ public:
+  CudaGraphOps(cudaStream_t stream, bool& capturing) : stream_(stream), capturing_(capturing) {}
+  void begin_capture() override {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    capturing_ = true;
+  }
+  std::shared_ptr<void> end_capture() override {
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(rc, "cudaGraphInstantiate");
+    return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+  }
+  void abandon_capture() noexcept override {
+    capturing_ = false;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+    }
+    cudaGetLastError();  // the failed call's error is reported by the exception
+  }
+  void launch(const std::shared_ptr<void>& graph) override {
+    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), stream_), "cudaGraphLaunch");
+  }
+
+ private:
+  cudaStream_t stream_;
+  bool& capturing_;
+};
+
 void check_input(const Tensor& t, Device device, const Shape& want, DType dtype, const char* what) {
   if (!(t.device() == device) || t.dtype() != dtype || !t.is_contiguous() || t.shape() != want)
     fail(Code::kInvalidArgument, what, " is ", t.describe(), " but the CUDA plan needs a contiguous ",
@@ -60,7 +99,11 @@ CudaPlan::~CudaPlan() {
   }
 }
 
-Tensor CudaPlan::alloc(const Shape& shape, DType dtype) { return Tensor::empty(shape, dtype, *ctx_.memory, stream_); }
+Tensor CudaPlan::alloc(const Shape& shape, DType dtype) {
+  // A replay would reuse the block after the allocator has handed it to someone else.
+  if (capturing_) fail(Code::kInternal, "the CUDA plan asked for memory while capturing a graph");
+  return Tensor::empty(shape, dtype, *ctx_.memory, stream_);
+}
 
 bool CudaPlan::grad_write(Steps& steps, DVal& v) {
   if (v.writers++ > 0) return true;
@@ -86,7 +129,7 @@ void CudaPlan::grad_read(Steps& steps, DVal& v) {
   // Nothing downstream sends this value a gradient (an output nothing consumes): zero.
   DVal* p = &v;
   steps.push_back({[this, p] {
-    p->grad = alloc(p->dims(), p->dtype);
+    if (!p->grad.defined() || p->grad.data() == nullptr) p->grad = alloc(p->dims(), p->dtype);
     zero(p->grad, stream_);
   }});
 }
@@ -147,16 +190,17 @@ const void* CudaPlan::ones(DType t, int64_t n) {
 
 void CudaPlan::grad_done(Steps& steps, DVal& v) {
   DVal* p = &v;
-  if (p == &vals_[0]) return;  // the input's gradient stays for read_input_grad()
+  if (p == &vals_[0] || graphs()) return;  // the input's gradient stays for read_input_grad()
   steps.push_back({[p] { p->grad = Tensor(); }});
 }
 
 void CudaPlan::ready(Steps& steps, const std::vector<int>& params) {
   steps.push_back({[this, params] {
-    if (!ready_ || !*ready_) return;
-    const Event e = record_event(stream_);
-    for (int p : params) (*ready_)(p, e);
-  }});
+                     if (!ready_ || !*ready_) return;
+                     const Event e = record_event(stream_);
+                     for (int p : params) (*ready_)(p, e);
+                   },
+                   0, false, StepKind::kHost});
 }
 
 void CudaPlan::use(const Stream& stream) {
@@ -178,7 +222,15 @@ void CudaPlan::forward(const Tensor& input, const Tensor& labels, uint64_t step,
   } else {
     labels_ = Tensor();
   }
-  vals_[0].out = input;  // f32 in the caller's layout: its readers cast it
+  if (graphs()) {  // replays read the plan's own copies
+    copy(input_, input, stream_);
+    if (labels_.defined()) {
+      copy(labels_in_, labels_, stream_);
+      labels_ = labels_in_;
+    }
+  } else {
+    vals_[0].out = input;  // f32 in the caller's layout: its readers cast it
+  }
   step_ = step;
   run(fwd_, false);
 }
@@ -208,7 +260,7 @@ void CudaPlan::backward(const Tensor& output_grad, const GradReady& ready, const
             "backward of a net without a loss needs the output gradient");
     const Device dev = Device::cuda(ctx_.device);
     check_input(output_grad, dev, user_shape(opt_.batch, last.sample, opt_.layout), DType::kF32, "the output gradient");
-    last.grad = alloc(last.dims(), last.dtype);
+    if (!graphs() || !last.grad.defined() || last.grad.data() == nullptr) last.grad = alloc(last.dims(), last.dtype);
     convert(last, {last.dtype, last.nhwc}, last.dx(), {DType::kF32, nhwc() && last.sample.size() == 3},
             output_grad.data(), false);
   }
@@ -250,6 +302,9 @@ void CudaPlan::set_loss_scale(float scale) {
 void CudaPlan::set_profiling(bool on) {
   collect_profile(true);
   profiling_ = on;
+  // Profiling times each step eagerly; the graphs are captured anew afterwards.
+  if (fwd_graphs_) fwd_graphs_->reset();
+  if (bwd_graphs_) bwd_graphs_->reset();
   profile_ = {};
   profile_.layers.resize(spec_.layers.size());
   profile_.device_timed = true;
@@ -275,8 +330,23 @@ void CudaPlan::collect_profile(bool wait) const {
   cudaGetLastError();  // a query's cudaErrorNotReady is no error
 }
 
+void CudaPlan::run_graphs(const Steps& steps, std::unique_ptr<StepGraphs>& graphs) {
+  CudaGraphOps ops(stream(), capturing_);
+  graphs->pass([&](size_t i) { steps[i].run(); }, ops);
+  if (graphs->disabled() && !graphs_warned_) {
+    graphs_warned_ = true;
+    COHORT_LOG_WARN("CUDA graphs are off for this plan: a capture failed (", graphs->why_disabled(),
+                    "); its passes run step by step");
+  }
+}
+
 void CudaPlan::run(const Steps& steps, bool backward) {
   if (!profiling_) {
+    std::unique_ptr<StepGraphs>& graphs = backward ? bwd_graphs_ : fwd_graphs_;
+    if (graphs) {
+      run_graphs(steps, graphs);
+      return;
+    }
     for (const Step& s : steps) s.run();
     return;
   }
@@ -384,6 +454,19 @@ void CudaPlan::build() {
     }
   }
   if (workspace_need_ > 0) workspace_ = alloc({static_cast<int64_t>(workspace_need_)}, DType::kU8);
+  if (graphs()) {
+    input_ = alloc(user_shape(opt_.batch, spec_.layers[0].shape, opt_.layout));
+    vals_[0].out = input_;
+    if (spec_.has_loss()) labels_in_ = alloc({opt_.batch}, DType::kI32);
+    auto kinds = [](const Steps& steps) {
+      std::vector<StepKind> k;
+      for (const Step& s : steps) k.push_back(s.kind);
+      return k;
+    };
+    // One eager pass first: it allocates the gradients and the lazily made buffers.
+    fwd_graphs_ = std::make_unique<StepGraphs>(kinds(fwd_), 1);
+    if (opt_.training) bwd_graphs_ = std::make_unique<StepGraphs>(kinds(bwd_), 1);
+  }
   synchronize(stream_);
 }
 

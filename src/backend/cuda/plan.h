@@ -15,6 +15,13 @@
 // caching allocator, later writers add to it (cuDNN's beta = 1, the functors'
 // accumulate), and it goes back to the cache once its producer has read it (one
 // stream: stream-ordered reuse is safe).
+//
+// With CUDA graphs (Context::graphs, step_graphs.h) the runs of device steps are
+// captured after a warm-up pass and replayed. A replay must find every pointer where
+// the capture saw it, so the plan then owns its input and labels (the caller's are
+// copied in before each pass), gradients keep their memory for the plan's life
+// (grad_done lets go of none), and nothing is allocated while a capture is open
+// (alloc() refuses, which turns graphs off for the plan).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +35,7 @@
 #include "backend/cuda/algo_cache.h"
 #include "backend/cuda/cudnn_util.h"
 #include "backend/cuda/fusion.h"
+#include "backend/cuda/step_graphs.h"
 #include "backend/math_policy.h"
 #include "backend/precision.h"
 #include "kernels/layer_ops.h"
@@ -47,12 +55,16 @@ struct Context {
   bool tf32 = false;
   Tf32 policy = Tf32::kAuto;
   size_t workspace_limit = size_t{1} << 30;  // the largest workspace an algorithm may ask
+  bool graphs = false;                       // replay the plans' device steps from CUDA graphs
 };
 
 struct Step {
   std::function<void()> run;
   int layer = 0;
   bool reorder = false;  // layout conversions, booked as the profile's reorders
+  // kHost: runs each pass even when graphs replay the others (step_graphs.h): its kernel
+  // arguments change between passes, or it acts on the host.
+  StepKind kind = StepKind::kDevice;
 };
 using Steps = std::vector<Step>;
 
@@ -156,6 +168,7 @@ class CudaPlan final : public Plan {
   void set_loss_scale(float scale) override;
   void set_profiling(bool on) override;
   const PlanProfile& profile() const override;
+  bool replays_graphs() const override { return fwd_graphs_ && fwd_graphs_->captured(); }
 
   // ---- used by the layers ----
   Context& ctx_;
@@ -202,6 +215,8 @@ class CudaPlan final : public Plan {
   void grad_done(Steps& steps, DVal& v);
   // Reports gradients `params` final after the work enqueued so far.
   void ready(Steps& steps, const std::vector<int>& params);
+  // Whether the plan replays its passes from CUDA graphs (memory is then kept, see above).
+  bool graphs() const { return ctx_.graphs; }
 
  private:
   void build();
@@ -216,8 +231,15 @@ class CudaPlan final : public Plan {
   };
   void convert(const DVal& v, Form to, void* dst, Form from, const void* src, bool accumulate);
 
+  // The pass's steps, eagerly or through its graphs (the profiler times them eagerly).
+  void run_graphs(const Steps& steps, std::unique_ptr<StepGraphs>& graphs);
+
   std::vector<std::unique_ptr<CudaLayer>> layers_;
-  std::deque<DVal> casts_;  // cast values (stable addresses)
+  std::unique_ptr<StepGraphs> fwd_graphs_, bwd_graphs_;
+  bool capturing_ = false;
+  bool graphs_warned_ = false;
+  Tensor input_, labels_in_;  // with graphs: the plan's copies of the caller's input and labels
+  std::deque<DVal> casts_;    // cast values (stable addresses)
   Steps fwd_, bwd_;
   size_t workspace_need_ = 0;
   std::map<DType, Tensor> ones_;

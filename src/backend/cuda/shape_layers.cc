@@ -72,9 +72,10 @@ class FlattenLayer final : public CudaLayer {
 
   void build_forward() override {
     fwd.push_back({[this] {
-      const int64_t n = out().desc.dims[0], f = out().desc.dims[1];
-      out().out = Tensor::wrap(in().out.data(), {n, f}, dtype(), in().out.device());
-    }});
+                     const int64_t n = out().desc.dims[0], f = out().desc.dims[1];
+                     out().out = Tensor::wrap(in().out.data(), {n, f}, dtype(), in().out.device());
+                   },
+                   0, false, StepKind::kHost});  // a view, made on the host
   }
 
   void build_backward() override {

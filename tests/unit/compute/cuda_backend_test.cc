@@ -2,7 +2,8 @@
 // NCHW and NHWC, with the f32 math policy off (full f32 on both): outputs, input
 // gradients, parameter gradients and batch-norm statistics agree within f32 tolerances;
 // and the same at f16 and bf16 on the GPU (NHWC, f32 master weights) against the CPU's
-// f32, within those types' tolerances. SKIPPED where no GPU is present.
+// f32, within those types' tolerances; and with CUDA graphs, three passes on changing
+// inputs (eager, captured, replayed) agree at each. SKIPPED where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -143,6 +144,7 @@ std::vector<float> exact_inputs(int64_t n) {
 struct Form {
   Layout layout;
   backend::Precision precision;
+  bool graphs = false;  // cuda_graphs=on: three passes (eager, captured, replayed), each on new inputs
 };
 
 // The relative error allowed of a GPU result against the CPU's f32 one.
@@ -185,6 +187,8 @@ TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
   backend::BackendOptions o;
   o.memory = memory.on(Device::cuda(0));
   o.tf32 = backend::Tf32::kOff;
+  o.cuda_graphs = GetParam().graphs;
+  const int passes = GetParam().graphs ? 3 : 1;
   auto gpu_backend = backend::make_backend(Device::cuda(0), 1, o);
   const int64_t n = 4;
   for (const OpCase& c : cases()) {
@@ -198,38 +202,46 @@ TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
     gpu.set_dropout_seed(7);
     cpu.materialize(11);
     gpu.materialize(11);
-    std::vector<float> x = reduced ? exact_inputs(n * shape_numel(c.input)) : ramp(n * shape_numel(c.input), 0.41f);
-    std::vector<int32_t> labels;
-    for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((i * 3) % 5));
-    const Tensor hx = test::batch_view(x, cpu, n, layout);
-    const Tensor dx_host = clone_to(hx, *o.memory);
-    const Tensor hy = test::labels_view(labels, n);
-    const Tensor dy_labels = clone_to(hy, *o.memory);
     auto& cp = cpu.plan(n, layout, true, true);
     auto& gp = gpu.plan(n, layout, true, true);
     const bool loss = cpu.has_loss();
-    cp.forward(hx, loss ? hy : Tensor(), 3, cpu.stream());
-    gp.forward(dx_host, loss ? dy_labels : Tensor(), 3, gpu.stream());
     const int out = cpu.output_layer();
-    std::vector<float> ycpu(static_cast<size_t>(n * shape_numel(cpu.shape(out)))), ygpu(ycpu.size());
-    cp.read(out, test::batch_view(ycpu, cpu, n, layout, out));
-    gp.read(out, test::batch_view(ygpu, gpu, n, layout, out));
-    expect_close(test::batch_view(ygpu, gpu, n, layout, out), test::batch_view(ycpu, cpu, n, layout, out), "output",
-                 tol);
-    std::vector<float> grad = ramp(static_cast<int64_t>(ycpu.size()), 0.17f);
-    const Tensor gy = test::batch_view(grad, cpu, n, layout, out);
-    if (loss) {
-      EXPECT_NEAR(gp.loss(), cp.loss(), (reduced ? tol : 1e-4) * std::abs(cp.loss()) + 1e-5);
-      cp.backward(
-          {}, [](int, const Event&) {}, cpu.stream());
-      gp.backward(
-          {}, [](int, const Event&) {}, gpu.stream());
-    } else {
-      cp.backward(
-          gy, [](int, const Event&) {}, cpu.stream());
-      gp.backward(
-          clone_to(gy, *o.memory), [](int, const Event&) {}, gpu.stream());
+    std::vector<float> x, ycpu(static_cast<size_t>(n * shape_numel(cpu.shape(out)))), ygpu(ycpu.size());
+    for (int pass = 0; pass < passes; ++pass) {
+      // Each pass new values in new device tensors (with graphs the plan copies them in),
+      // its own dropout draws, and labels that change.
+      x = reduced ? exact_inputs(n * shape_numel(c.input)) : ramp(n * shape_numel(c.input), 0.41f);
+      for (float& v : x) v *= 1.f + 0.5f * static_cast<float>(pass);
+      std::vector<int32_t> labels;
+      for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((i * 3 + pass) % 5));
+      const Tensor hx = test::batch_view(x, cpu, n, layout);
+      const Tensor dx_host = clone_to(hx, *o.memory);
+      const Tensor hy = test::labels_view(labels, n);
+      const Tensor dy_labels = clone_to(hy, *o.memory);
+      const uint64_t step = 3 + static_cast<uint64_t>(pass);
+      cp.forward(hx, loss ? hy : Tensor(), step, cpu.stream());
+      gp.forward(dx_host, loss ? dy_labels : Tensor(), step, gpu.stream());
+      cp.read(out, test::batch_view(ycpu, cpu, n, layout, out));
+      gp.read(out, test::batch_view(ygpu, gpu, n, layout, out));
+      expect_close(test::batch_view(ygpu, gpu, n, layout, out), test::batch_view(ycpu, cpu, n, layout, out),
+                   "output of pass " + std::to_string(pass), tol);
+      std::vector<float> grad = ramp(static_cast<int64_t>(ycpu.size()), 0.17f * static_cast<float>(pass + 1));
+      const Tensor gy = test::batch_view(grad, cpu, n, layout, out);
+      if (loss) {
+        EXPECT_NEAR(gp.loss(), cp.loss(), (reduced ? tol : 1e-4) * std::abs(cp.loss()) + 1e-5);
+        cp.backward(
+            {}, [](int, const Event&) {}, cpu.stream());
+        gp.backward(
+            {}, [](int, const Event&) {}, gpu.stream());
+      } else {
+        cp.backward(
+            gy, [](int, const Event&) {}, cpu.stream());
+        gp.backward(
+            clone_to(gy, *o.memory), [](int, const Event&) {}, gpu.stream());
+      }
     }
+    // Every layer kind here can be captured: the last pass replayed graphs.
+    EXPECT_EQ(gp.replays_graphs(), GetParam().graphs);
     std::vector<float> dxc(x.size()), dxg(x.size());
     cp.read_input_grad(test::batch_view(dxc, cpu, n, layout));
     gp.read_input_grad(test::batch_view(dxg, gpu, n, layout));
@@ -246,10 +258,12 @@ INSTANTIATE_TEST_SUITE_P(Forms, CudaOps,
                          ::testing::Values(Form{Layout::kNCHW, backend::Precision::kF32},
                                            Form{Layout::kNHWC, backend::Precision::kF32},
                                            Form{Layout::kNCHW, backend::Precision::kF16},
-                                           Form{Layout::kNHWC, backend::Precision::kBF16}),
+                                           Form{Layout::kNHWC, backend::Precision::kBF16},
+                                           Form{Layout::kNCHW, backend::Precision::kF32, true},
+                                           Form{Layout::kNHWC, backend::Precision::kF16, true}),
                          [](const auto& info) {
                            return std::string(info.param.layout == Layout::kNHWC ? "NHWC_" : "NCHW_") +
-                                  backend::precision_name(info.param.precision);
+                                  backend::precision_name(info.param.precision) + (info.param.graphs ? "_graphs" : "");
                          });
 
 TEST(CudaBackend, DescribesTheGpuAndItsMathPolicy) {

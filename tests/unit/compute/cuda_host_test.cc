@@ -8,6 +8,7 @@
 
 #include "backend/cuda/algo_cache.h"
 #include "backend/cuda/fusion.h"
+#include "backend/cuda/step_graphs.h"
 #include "backend/cuda/tensor_layout.h"
 #include "backend/math_policy.h"
 #include "core/status.h"
@@ -450,6 +451,124 @@ TEST(CudaFusion, AResidualAddAndReluFoldIntoTheLaterBatchNorm) {
   const backend::cuda::Fusion f32 = backend::cuda::plan_fusion(
       g.spec(), backend::PlanOptions{.batch = 4, .training = true, .precision = backend::Precision::kF32});
   for (int v : f32.folded) EXPECT_EQ(v, -1);
+}
+
+// A device as StepGraphs sees it: what a capture holds, what each launch replays. A
+// step run while capturing is recorded into the open graph instead of running.
+class FakeGraphs final : public backend::cuda::GraphOps {
+ public:
+  std::vector<std::string> log;  // "run i", "replay i" for each step's work done
+  bool capturing = false;
+  int fail_capture_at = -1;  // the capture of the segment starting at this step fails
+  std::vector<size_t> open;
+
+  void run_step(size_t i) {
+    if (capturing)
+      open.push_back(i);
+    else
+      log.push_back("run " + std::to_string(i));
+  }
+  void begin_capture() override {
+    EXPECT_FALSE(capturing);
+    capturing = true;
+    open.clear();
+  }
+  std::shared_ptr<void> end_capture() override {
+    capturing = false;
+    if (!open.empty() && static_cast<int>(open.front()) == fail_capture_at)
+      fail(Code::kCuda, "cudaStreamEndCapture: operation not permitted when stream is capturing");
+    ++captures;
+    return std::make_shared<std::vector<size_t>>(open);
+  }
+  void abandon_capture() noexcept override {
+    capturing = false;
+    ++abandoned;
+  }
+  void launch(const std::shared_ptr<void>& graph) override {
+    for (size_t i : *static_cast<const std::vector<size_t>*>(graph.get())) log.push_back("replay " + std::to_string(i));
+  }
+  int captures = 0, abandoned = 0;
+};
+
+std::vector<std::string> one_pass(backend::cuda::StepGraphs& g, FakeGraphs& dev, size_t steps) {
+  dev.log.clear();
+  g.pass([&](size_t i) { dev.run_step(i); }, dev);
+  EXPECT_EQ(dev.log.size(), steps) << "every step's work is done exactly once per pass";
+  return dev.log;
+}
+
+TEST(CudaGraphs, DeviceRunsAreCapturedAfterTheWarmUpAndHostStepsRunEveryPass) {
+  using backend::cuda::StepKind;
+  const StepKind D = StepKind::kDevice, H = StepKind::kHost;
+  // A backward pass: device work, a gradient-ready notification, more work, a
+  // per-step-argument step, then work again.
+  backend::cuda::StepGraphs g({D, D, H, D, D, D, H, H, D}, 2);
+  ASSERT_EQ(g.segments().size(), 5u);
+  EXPECT_TRUE(g.segments()[0].device);
+  EXPECT_EQ(g.segments()[0].end, 2u);
+  EXPECT_FALSE(g.segments()[1].device);
+  EXPECT_EQ(g.segments()[3].begin, 6u);  // the two host steps make one segment
+  EXPECT_EQ(g.segments()[3].end, 8u);
+
+  FakeGraphs dev;
+  const std::vector<std::string> eager = {"run 0", "run 1", "run 2", "run 3", "run 4",
+                                          "run 5", "run 6", "run 7", "run 8"};
+  EXPECT_EQ(one_pass(g, dev, 9), eager);  // warm-up passes: everything as it is
+  EXPECT_EQ(one_pass(g, dev, 9), eager);
+  EXPECT_FALSE(g.captured());
+  EXPECT_EQ(dev.captures, 0);
+  // The capture pass records the device runs and launches them, in order with the host steps.
+  const std::vector<std::string> replayed = {"replay 0", "replay 1", "run 2", "replay 3", "replay 4",
+                                             "replay 5", "run 6",    "run 7", "replay 8"};
+  EXPECT_EQ(one_pass(g, dev, 9), replayed);
+  EXPECT_TRUE(g.captured());
+  EXPECT_EQ(dev.captures, 3);
+  for (int pass = 0; pass < 3; ++pass) EXPECT_EQ(one_pass(g, dev, 9), replayed);
+  EXPECT_EQ(dev.captures, 3) << "captured once, replayed after";
+
+  // Dropping the graphs (profiling): eager again for the warm-up, then a new capture.
+  g.reset();
+  EXPECT_EQ(one_pass(g, dev, 9), eager);
+  EXPECT_EQ(one_pass(g, dev, 9), eager);
+  EXPECT_EQ(one_pass(g, dev, 9), replayed);
+  EXPECT_EQ(dev.captures, 6);
+  EXPECT_THROW(backend::cuda::StepGraphs({D}, 0), Error);  // the warm-up makes what a capture must not
+}
+
+TEST(CudaGraphs, AFailedCaptureRunsItsSegmentEagerlyAndTurnsGraphsOff) {
+  using backend::cuda::StepKind;
+  const StepKind D = StepKind::kDevice, H = StepKind::kHost;
+  backend::cuda::StepGraphs g({D, H, D, D, H, D}, 1);
+  FakeGraphs dev;
+  dev.fail_capture_at = 2;  // the second device run holds something a graph cannot
+  one_pass(g, dev, 6);
+  // The first run was captured and launched; the failing one runs for real, the rest too.
+  EXPECT_EQ(one_pass(g, dev, 6), (std::vector<std::string>{"replay 0", "run 1", "run 2", "run 3", "run 4", "run 5"}));
+  EXPECT_EQ(dev.abandoned, 1) << "every failed capture is abandoned (a no-op where the stream has left capture mode)";
+  EXPECT_TRUE(g.disabled());
+  EXPECT_NE(g.why_disabled().find("not permitted"), std::string::npos) << g.why_disabled();
+  EXPECT_FALSE(g.captured());
+  const std::vector<std::string> eager = {"run 0", "run 1", "run 2", "run 3", "run 4", "run 5"};
+  EXPECT_EQ(one_pass(g, dev, 6), eager);
+  g.reset();  // off for good
+  one_pass(g, dev, 6);
+  EXPECT_EQ(one_pass(g, dev, 6), eager);
+
+  // A step that throws while capturing: the capture is abandoned and the step runs
+  // eagerly, where its own error reaches the caller.
+  backend::cuda::StepGraphs h({D, D}, 1);
+  FakeGraphs dev2;
+  bool throw_now = false;
+  auto run = [&](size_t i) {
+    if (i == 1 && throw_now) fail(Code::kInvalidArgument, "step 1 failed");
+    dev2.run_step(i);
+  };
+  h.pass(run, dev2);
+  throw_now = true;
+  EXPECT_THROW(h.pass(run, dev2), Error);
+  EXPECT_EQ(dev2.abandoned, 1);
+  EXPECT_FALSE(dev2.capturing);
+  EXPECT_TRUE(h.disabled());
 }
 
 }  // namespace

@@ -162,6 +162,7 @@ check "every stage passes" 0 \
   '^mnist-np1 +PASS .*GPU f32: loss 2\.269 -> 0\.626 .*top-1 82\.90% \(-0\.22 points\).*CPU f32: top-1 83\.12%' \
   '^mnist-np2 +PASS ' \
   '^mnist-mixed +PASS .*GPU f16: loss 2\.269 -> 0\.626 .*top-1 82\.90% \(-0\.22 points\).*GPU bf16: .*CPU f32: top-1 83\.12%' \
+  '^mnist-graphs +PASS .*GPU f16: loss 2\.269 -> 0\.626 .*CPU f32: top-1 83\.12%' \
   '^resnet50 +PASS .*1001\.5 images/sec' \
   '^bandwidth +PASS .*H2D pinned 54\.61, D2H pinned 54\.10, H2D pageable 7\.50, D2H pageable 11\.50, D2D 1450\.00' \
   '^allreduce +PASS .*one GPU: the path works' \
@@ -188,6 +189,7 @@ check "--perf reports medians, ratios and goals, and a refused precision as N/A"
   '^f32 +1000\.0 +2500\.0 +0\.400 +[0-9]+ s / [0-9]+ s +not met$' \
   '^f16 +- +4742\.0 \(1 run\) +- +[0-9]+ s / [0-9]+ s +not available on the GPU in this build$' \
   '^bf16 +980\.0 +1000\.0 +0\.980 +[0-9]+ s / [0-9]+ s +met$' \
+  '^f16-graphs +- +4742\.0 \(1 run\) +- +[0-9]+ s / [0-9]+ s +not available on the GPU in this build$' \
   '^H2D pinned, 256 MiB \(cohort-bandwidth, median of 3\): 53\.10 GB/s; goal >= 52 GB/s: met' \
   -- STUB_COHORT_f32="900 1100 1000" STUB_TORCH_f32="2600 2400 2500" STUB_REFUSE=f16 STUB_TORCH_f16="4742" \
      STUB_COHORT_bf16="980 975 990" STUB_TORCH_bf16="1000 990 1010" STUB_H2D="53.1 51.0 54.6" \
@@ -195,7 +197,7 @@ check "--perf reports medians, ratios and goals, and a refused precision as N/A"
 # Each precision: cohort, PyTorch, cohort, PyTorch, …; a refused one stops after its first try.
 order=$(cut -d' ' -f1,2 "$STUB_STATE/order" | tr '\n' ,)
 want="cohort f32,torch f32,cohort f32,torch f32,cohort f32,torch f32,cohort f16,torch f16,"
-want+="cohort bf16,torch bf16,cohort bf16,torch bf16,cohort bf16,torch bf16,"
+want+="cohort bf16,torch bf16,cohort bf16,torch bf16,cohort bf16,torch bf16,cohort f16,torch f16,"
 if [ "$order" = "$want" ]; then echo "ok: the runs interleave"; else echo "FAIL: runs in the order $order, expected $want"; fails=1; fi
 check "--only perf-f32: that stage alone; a ratio of 0.979 misses the goal" 0 \
   '^perf-f32 +PASS .*cohort 979\.0 images/sec \(median of 1\), PyTorch 1000\.0 images/sec \(median of 1\): ratio 0\.979, goal \(>= 0\.98\) not met' \
