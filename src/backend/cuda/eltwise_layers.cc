@@ -96,7 +96,7 @@ class DropoutLayer final : public CudaLayer {
                const kernels::DropoutBackward<S, C> f{draws(), plan_.opt_.seed, spec_.p, acc, channels(), pixels()};
                kernels::for_each(cstream(), in().numel(), f, in().dxs<S>(), out().cdxs<S>());
              },
-             0, false, StepKind::kHost});
+             0, false, identity_ ? StepKind::kDevice : StepKind::kHost});  // the draws are the step's
       });
     }
     plan_.grad_done(bwd, out());

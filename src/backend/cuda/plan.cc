@@ -50,10 +50,13 @@ class CudaGraphOps final : public GraphOps {
     capturing_ = false;
     cudaGraph_t graph = nullptr;
     check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    size_t nodes = 0;
+    cudaError_t rc = cudaGraphGetNodes(graph, nullptr, &nodes);
     cudaGraphExec_t exec = nullptr;
-    const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
+    if (rc == cudaSuccess && nodes > 0) rc = cudaGraphInstantiateWithFlags(&exec, graph, 0);
     cudaGraphDestroy(graph);
-    check(rc, "cudaGraphInstantiate");
+    check(rc, "cudaGraphInstantiateWithFlags");
+    if (!exec) return nullptr;  // the steps enqueued nothing (they only made memory, once)
     return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
   }
   void abandon_capture() noexcept override {
@@ -222,12 +225,8 @@ void CudaPlan::forward(const Tensor& input, const Tensor& labels, uint64_t step,
   } else {
     labels_ = Tensor();
   }
-  if (graphs()) {  // replays read the plan's own copies
+  if (graphs()) {  // replays read the plan's own copy (the labels only host steps read)
     copy(input_, input, stream_);
-    if (labels_.defined()) {
-      copy(labels_in_, labels_, stream_);
-      labels_ = labels_in_;
-    }
   } else {
     vals_[0].out = input;  // f32 in the caller's layout: its readers cast it
   }
@@ -457,7 +456,6 @@ void CudaPlan::build() {
   if (graphs()) {
     input_ = alloc(user_shape(opt_.batch, spec_.layers[0].shape, opt_.layout));
     vals_[0].out = input_;
-    if (spec_.has_loss()) labels_in_ = alloc({opt_.batch}, DType::kI32);
     auto kinds = [](const Steps& steps) {
       std::vector<StepKind> k;
       for (const Step& s : steps) k.push_back(s.kind);

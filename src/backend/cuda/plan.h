@@ -18,8 +18,8 @@
 //
 // With CUDA graphs (Context::graphs, step_graphs.h) the runs of device steps are
 // captured after a warm-up pass and replayed. A replay must find every pointer where
-// the capture saw it, so the plan then owns its input and labels (the caller's are
-// copied in before each pass), gradients keep their memory for the plan's life
+// the capture saw it, so the plan then owns its input (the caller's is copied in before
+// each pass; the labels are read by host steps only), gradients keep their memory for the plan's life
 // (grad_done lets go of none), and nothing is allocated while a capture is open
 // (alloc() refuses, which turns graphs off for the plan).
 #pragma once
@@ -168,7 +168,9 @@ class CudaPlan final : public Plan {
   void set_loss_scale(float scale) override;
   void set_profiling(bool on) override;
   const PlanProfile& profile() const override;
-  bool replays_graphs() const override { return fwd_graphs_ && fwd_graphs_->captured(); }
+  bool replays_graphs() const override {
+    return fwd_graphs_ && fwd_graphs_->captured() && (!bwd_graphs_ || bwd_graphs_->captured());
+  }
 
   // ---- used by the layers ----
   Context& ctx_;
@@ -238,8 +240,8 @@ class CudaPlan final : public Plan {
   std::unique_ptr<StepGraphs> fwd_graphs_, bwd_graphs_;
   bool capturing_ = false;
   bool graphs_warned_ = false;
-  Tensor input_, labels_in_;  // with graphs: the plan's copies of the caller's input and labels
-  std::deque<DVal> casts_;    // cast values (stable addresses)
+  Tensor input_;            // with graphs: the plan's copy of the caller's input
+  std::deque<DVal> casts_;  // cast values (stable addresses)
   Steps fwd_, bwd_;
   size_t workspace_need_ = 0;
   std::map<DType, Tensor> ones_;

@@ -1,6 +1,7 @@
 #include "backend/cuda/step_graphs.h"
 
 #include <exception>
+#include <utility>
 
 #include "core/status.h"
 
@@ -16,42 +17,55 @@ StepGraphs::StepGraphs(const std::vector<StepKind>& kinds, int warmup) : warmup_
       segments_.back().end = i + 1;
   }
   graphs_.resize(segments_.size());
+  made_.assign(segments_.size(), false);
 }
 
 void StepGraphs::eager(const Segment& s, const std::function<void(size_t)>& run) const {
   for (size_t i = s.begin; i < s.end; ++i) run(i);
 }
 
+void StepGraphs::give_up(GraphOps& ops, std::string why) {
+  ops.abandon_capture();
+  for (auto& g : graphs_) g.reset();
+  made_.assign(segments_.size(), false);
+  captured_ = false;
+  why_disabled_ = why.empty() ? "a capture failed" : std::move(why);
+}
+
 void StepGraphs::pass(const std::function<void(size_t)>& run, GraphOps& ops) {
   const bool warming = passes_ < warmup_;
-  if (passes_ <= warmup_) ++passes_;
   for (size_t k = 0; k < segments_.size(); ++k) {
     const Segment& s = segments_[k];
     if (!s.device || warming || disabled()) {
       eager(s, run);
       continue;
     }
-    if (!graphs_[k]) {
-      ops.begin_capture();
+    if (!made_[k]) {
       try {
+        ops.begin_capture();
         eager(s, run);  // enqueued into the graph, not run
         graphs_[k] = ops.end_capture();
       } catch (const std::exception& e) {
-        ops.abandon_capture();
-        for (auto& g : graphs_) g.reset();
-        captured_ = false;
-        why_disabled_ = e.what();
+        give_up(ops, e.what());
+      } catch (...) {
+        give_up(ops, "");
+      }
+      if (disabled()) {
         eager(s, run);  // runs it for real (or throws the step's own error again)
         continue;
       }
+      made_[k] = true;
       captured_ = true;
     }
-    ops.launch(graphs_[k]);
+    if (graphs_[k]) ops.launch(graphs_[k]);  // none: the steps enqueued nothing
   }
+  // Only a whole pass counts: one that threw may have left lazily made memory unmade.
+  if (passes_ <= warmup_) ++passes_;
 }
 
 void StepGraphs::reset() {
   for (auto& g : graphs_) g.reset();
+  made_.assign(segments_.size(), false);
   passes_ = 0;
   captured_ = false;
 }

@@ -34,8 +34,9 @@ class GraphOps {
  public:
   virtual ~GraphOps() = default;
   virtual void begin_capture() = 0;
-  // The executable graph of the work enqueued since begin_capture(); throws when the
-  // capture failed (the stream is out of capture mode either way).
+  // The executable graph of the work enqueued since begin_capture(), or null when
+  // nothing was (nothing to launch); throws when the capture failed (the stream is out
+  // of capture mode either way).
   virtual std::shared_ptr<void> end_capture() = 0;
   // Ends a capture that a throwing step left open, discarding it (never throws).
   virtual void abandon_capture() noexcept = 0;
@@ -62,11 +63,13 @@ class StepGraphs {
 
  private:
   void eager(const Segment& s, const std::function<void(size_t)>& run) const;
+  void give_up(GraphOps& ops, std::string why);
 
   std::vector<Segment> segments_;
-  std::vector<std::shared_ptr<void>> graphs_;  // per segment (null for host segments)
+  std::vector<std::shared_ptr<void>> graphs_;  // per segment (null: a host segment, or an empty graph)
+  std::vector<bool> made_;                     // per segment: captured
   int warmup_;
-  int passes_ = 0;  // since the last reset
+  int passes_ = 0;  // whole passes since the last reset (up to warmup + 1)
   bool captured_ = false;
   std::string why_disabled_;
 };

@@ -478,6 +478,7 @@ class FakeGraphs final : public backend::cuda::GraphOps {
     if (!open.empty() && static_cast<int>(open.front()) == fail_capture_at)
       fail(Code::kCuda, "cudaStreamEndCapture: operation not permitted when stream is capturing");
     ++captures;
+    if (open.empty()) return nullptr;  // nothing enqueued: nothing to launch
     return std::make_shared<std::vector<size_t>>(open);
   }
   void abandon_capture() noexcept override {
@@ -485,6 +486,7 @@ class FakeGraphs final : public backend::cuda::GraphOps {
     ++abandoned;
   }
   void launch(const std::shared_ptr<void>& graph) override {
+    EXPECT_NE(graph, nullptr);
     for (size_t i : *static_cast<const std::vector<size_t>*>(graph.get())) log.push_back("replay " + std::to_string(i));
   }
   int captures = 0, abandoned = 0;
@@ -533,6 +535,40 @@ TEST(CudaGraphs, DeviceRunsAreCapturedAfterTheWarmUpAndHostStepsRunEveryPass) {
   EXPECT_EQ(one_pass(g, dev, 9), replayed);
   EXPECT_EQ(dev.captures, 6);
   EXPECT_THROW(backend::cuda::StepGraphs({D}, 0), Error);  // the warm-up makes what a capture must not
+}
+
+TEST(CudaGraphs, AWarmUpCountsOnlyWhenWholeAndAnEmptyCaptureIsNeverLaunched) {
+  using backend::cuda::StepKind;
+  const StepKind D = StepKind::kDevice, H = StepKind::kHost;
+  backend::cuda::StepGraphs g({D, H, D}, 1);
+  FakeGraphs dev;
+  bool throw_in_host_step = true;
+  // Step 0 only makes memory once (it enqueues nothing after its first pass).
+  bool made = false;
+  auto run = [&](size_t i) {
+    if (i == 0) {
+      if (!made) dev.log.push_back("run 0");
+      made = true;
+      return;
+    }
+    if (i == 1 && throw_in_host_step) fail(Code::kInvalidArgument, "bad labels");
+    dev.run_step(i);
+  };
+  EXPECT_THROW(g.pass(run, dev), Error);  // a warm-up cut short: step 2 never ran
+  throw_in_host_step = false;
+  dev.log.clear();
+  g.pass(run, dev);
+  EXPECT_EQ(dev.log, (std::vector<std::string>{"run 1", "run 2"})) << "still the warm-up: it runs eagerly";
+  EXPECT_EQ(dev.captures, 0);
+  dev.log.clear();
+  g.pass(run, dev);
+  EXPECT_EQ(dev.log, (std::vector<std::string>{"run 1", "replay 2"})) << "the empty capture of step 0 is not launched";
+  EXPECT_EQ(dev.captures, 2);
+  EXPECT_TRUE(g.captured());
+  dev.log.clear();
+  g.pass(run, dev);
+  EXPECT_EQ(dev.log, (std::vector<std::string>{"run 1", "replay 2"}));
+  EXPECT_EQ(dev.captures, 2) << "an empty capture is kept, not redone";
 }
 
 TEST(CudaGraphs, AFailedCaptureRunsItsSegmentEagerlyAndTurnsGraphsOff) {
