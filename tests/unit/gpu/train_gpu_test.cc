@@ -104,38 +104,34 @@ TEST_F(GpuTraining, StepsOnTheGpuEndWhereTheCpuDoes) {
   }
 }
 
+// `steps` momentum steps on the GPU with the options `extra`, against the CPU's f32 ones:
+// losses and parameters within `tol`. Returns whether the GPU's passes replayed graphs.
+bool follows_the_cpu(int steps, const std::vector<std::pair<std::string, std::string>>& extra, double tol) {
+  std::vector<double> cpu_losses, losses;
+  const auto cpu = train("cpu", "momentum", steps, &cpu_losses);
+  bool replayed = false;
+  const auto gpu = train("cuda", "momentum", steps, &losses, "", "", extra, &replayed);
+  for (size_t i = 0; i < cpu_losses.size(); ++i)
+    EXPECT_NEAR(losses[i], cpu_losses[i], tol * (1 + cpu_losses[i])) << "step " << i;
+  expect_close(gpu, cpu, tol);
+  return replayed;
+}
+
 TEST_F(GpuTraining, MixedPrecisionFollowsTheCpusF32Steps) {
-  std::vector<double> cpu_losses;
-  const auto cpu = train("cpu", "momentum", 5, &cpu_losses);
-  for (const char* precision : {"f16", "bf16"}) {
-    SCOPED_TRACE(precision);
-    std::vector<double> losses;
-    // f16 scales its loss (from 1024: no step of these overflows); bf16 needs no scaling
-    const auto gpu =
-        train("cuda", "momentum", 5, &losses, "", "", {{"precision", precision}, {"loss_scale_init", "1024"}});
-    const double tol = std::string(precision) == "f16" ? 1e-2 : 4e-2;
-    for (size_t i = 0; i < cpu_losses.size(); ++i)
-      EXPECT_NEAR(losses[i], cpu_losses[i], tol * (1 + cpu_losses[i])) << "step " << i;
-    expect_close(gpu, cpu, tol);
-  }
+  // f16 scales its loss (from 1024: no step of these overflows); bf16 needs no scaling
+  SCOPED_TRACE("f16");
+  follows_the_cpu(5, {{"precision", "f16"}, {"loss_scale_init", "1024"}}, 1e-2);
+  SCOPED_TRACE("bf16");
+  follows_the_cpu(5, {{"precision", "bf16"}, {"loss_scale_init", "1024"}}, 4e-2);
 }
 
 TEST_F(GpuTraining, StepsReplayedFromCudaGraphsFollowTheCpu) {
   // The first step runs eagerly, the second captures, the others replay; each step's
   // batch is new memory (the plan copies it in), and f16 scales its loss.
-  std::vector<double> cpu_losses;
-  const auto cpu = train("cpu", "momentum", 6, &cpu_losses);
-  for (const char* precision : {"f32", "f16"}) {
+  for (const auto& [precision, tol] : {std::pair{"f32", 2e-3}, std::pair{"f16", 1e-2}}) {
     SCOPED_TRACE(precision);
-    std::vector<double> losses;
-    bool replayed = false;
-    const auto gpu = train("cuda", "momentum", 6, &losses, "", "",
-                           {{"precision", precision}, {"loss_scale_init", "1024"}, {"cuda_graphs", "on"}}, &replayed);
-    EXPECT_TRUE(replayed) << "a capture failed: the log says why";
-    const double tol = std::string(precision) == "f16" ? 1e-2 : 2e-3;
-    for (size_t i = 0; i < cpu_losses.size(); ++i)
-      EXPECT_NEAR(losses[i], cpu_losses[i], tol * (1 + cpu_losses[i])) << "step " << i;
-    expect_close(gpu, cpu, tol);
+    EXPECT_TRUE(follows_the_cpu(6, {{"precision", precision}, {"loss_scale_init", "1024"}, {"cuda_graphs", "on"}}, tol))
+        << "a capture failed: the log says why";
   }
 }
 
