@@ -18,10 +18,10 @@
 //
 // With CUDA graphs (Context::graphs, step_graphs.h) the runs of device steps are
 // captured after a warm-up pass and replayed. A replay must find every pointer where
-// the capture saw it, so the plan then owns its input (the caller's is copied in before
-// each pass; the labels are read by host steps only), gradients keep their memory for the plan's life
-// (grad_done lets go of none), and nothing is allocated while a capture is open
-// (alloc() refuses, which turns graphs off for the plan).
+// the capture saw it, so the plan then owns its input (the caller's is copied in
+// before each pass; only host steps read the labels), gradients keep their memory for
+// the plan's life (grad_done lets go of none), and nothing is allocated while a capture
+// is open (alloc() refuses, which turns graphs off for the plan).
 #pragma once
 
 #include <algorithm>
