@@ -1,6 +1,7 @@
 #include "comm/engine.h"
 
 #include <cmath>
+#include <thread>
 
 #include "core/logging.h"
 #include "core/threads.h"
@@ -40,7 +41,10 @@ Engine::Engine(std::unique_ptr<Transport> transport, EngineOptions options,
       mailbox_(*transport_) {
   timeline_.enable(!options_.timeline_file.empty());
   // A caller that blocks on a collective while this rank computes needs it negotiated now.
+  // (Only then: otherwise the submission has woken the thread already, and this wake-up
+  // would only contend for its lock.)
   gate_.waits()->on_block = [this] {
+    if (!gate_.computing()) return;
     std::lock_guard lock(mu_);
     cv_.notify_all();
   };
@@ -288,6 +292,15 @@ bool Engine::wait_for_work() {
   // ranks' cycles at once), or submissions unless they are put off.
   auto work = [&] { return shutdown_requested_ || gate_.release_pending() || (!queue_.empty() && !deferring()); };
   auto due = [&] { return deferring() ? std::max(next_cycle_, last_cycle_ + kComputeTick) : next_cycle_; };
+  // A caller that just got its result often submits again within microseconds: while no
+  // compute runs on this rank to take the core from, poll briefly (yielding) before
+  // sleeping, since waking a sleeping thread costs more than the collective itself.
+  const auto poll_until = Clock::now() + kPoll;
+  while (!work() && messages_.empty() && !gate_.computing() && Clock::now() < poll_until) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
   while (!work() && messages_.empty()) {
     // Messages in flight are polled between cycles; a message never brings a cycle
     // forward, so ranks that only exchange messages do not negotiate more often.

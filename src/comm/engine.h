@@ -137,6 +137,9 @@ class Engine {
   // How often a rank that puts off negotiating while it computes (hold_during_compute)
   // cycles all the same.
   static constexpr std::chrono::milliseconds kComputeTick{1000};
+  // How long the thread polls for new work (yielding) before it sleeps, while no compute
+  // runs on this rank.
+  static constexpr std::chrono::microseconds kPoll{50};
 
  private:
   void validate(const TensorEntry& e) const;

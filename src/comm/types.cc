@@ -1,5 +1,7 @@
 #include "comm/types.h"
 
+#include <thread>
+
 namespace cohort::comm {
 
 const char* op_type_name(OpType t) {
@@ -74,9 +76,13 @@ class Request::Blocked {
 };
 
 Status Request::wait() const {
-  // No polling first: the engine thread may need this core to finish the request.
   if (!done_.load(std::memory_order_acquire)) {
     Blocked blocked(waits_);
+    // Polls yielding, so the engine thread gets this core whenever it needs it to
+    // finish the request.
+    const auto poll_until = std::chrono::steady_clock::now() + kPoll;
+    while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < poll_until)
+      std::this_thread::yield();
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return pending_ == 0; });
   }
