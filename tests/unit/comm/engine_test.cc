@@ -1193,7 +1193,13 @@ TEST(CommEngine, HoldDuringComputeStillRunsACollectiveThatComputeWaitsFor) {
     engine.compute_begin();  // e.g. a gradient-ready callback that waits for its reduction
     Tensor t = Tensor::empty({8}, DType::kF32);
     std::fill(t.data_as<float>(), t.data_as<float>() + t.numel(), 1.0f);
-    ASSERT_TRUE(engine.submit(allreduce("inside", t))->wait().is_ok());
+    auto request = engine.submit(allreduce("inside", t));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the engine has put it off by now
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(request->wait().is_ok());
+    // At once: the blocked caller woke the engine, which otherwise would negotiate only
+    // at its next compute tick.
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, Engine::kComputeTick / 2) << "rank " << rank;
     EXPECT_EQ(t.data_as<float>()[7], 3.0f);
     engine.compute_end();
   });
