@@ -56,6 +56,21 @@ def wait_for(predicate, seconds, what):
     raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
+def read_pids(directory, n, seconds):
+    """The pids that n ranks of launcher_probe --pid-file wrote to directory, once every
+    file is whole (a rank creates its file before it writes the line)."""
+    def whole():
+        names = os.listdir(directory)
+        texts = []
+        for name in names:
+            with open(os.path.join(directory, name)) as f:
+                texts.append(f.read())
+        return texts if len(texts) == n and all(t.endswith("\n") for t in texts) else None
+
+    wait_for(lambda: whole() is not None, seconds, f"{n} ranks to write their pids")
+    return [int(t) for t in whole()]
+
+
 class DryRun(unittest.TestCase):
     def test_exact_line_and_it_pastes_back_into_a_shell(self):
         env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/opt/x", "NCCL_IB_DISABLE": "1"}
@@ -151,11 +166,7 @@ class Signals(unittest.TestCase):
     def start_job(self, pids):
         proc = subprocess.Popen([COHORTRUN, "-np", "2", PROBE, "--pid-file", pids, "--sleep", "60"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        wait_for(lambda: len(os.listdir(pids)) == 2, 20, "both ranks to start")
-        ranks = []
-        for name in sorted(os.listdir(pids)):
-            with open(os.path.join(pids, name)) as f:
-                ranks.append(int(f.read()))
+        ranks = read_pids(pids, 2, 20)
         mpirun = children(proc.pid)
         self.assertEqual(len(mpirun), 1)
         monitors = children(mpirun[0])

@@ -57,9 +57,13 @@ class Run(unittest.TestCase):
                     "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n" % (PROBE, d))
             proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
             deadline = time.monotonic() + 20
-            while len(os.listdir(d)) < 2 and time.monotonic() < deadline:
+            texts = []
+            while time.monotonic() < deadline:  # each rank creates its file before it writes its pid
+                texts = [open(os.path.join(d, f)).read() for f in os.listdir(d)]
+                if len(texts) == 2 and all(t.endswith("\n") for t in texts):
+                    break
                 time.sleep(0.05)
-            pids = [int(open(os.path.join(d, f)).read()) for f in os.listdir(d)]
+            pids = [int(t) for t in texts]
             self.assertEqual(len(pids), 2)
             proc.send_signal(signal.SIGINT)
             out = proc.communicate(timeout=60)[0]
