@@ -67,7 +67,11 @@ class ShmAllreduce {
   }
   // Out of place: `out` receives the reduction of every rank's `in` (in == out is in
   // place), with no more memory traffic than in place: `in` is read where the in-place
-  // call reads the buffer, `out` written where it writes it.
+  // call reads the buffer, and `out` is only written, with non-temporal stores (a plain
+  // store reads each line first); the reduction is made in this rank's slot. Measured
+  // here, that leaves out of place slower than in place all the same (about 0.65x at
+  // 64-256 MiB on 2 ranks): the in-place call's writes are write-backs of lines in the
+  // cache, which the core does not wait for.
   void allreduce(const void* in, void* out, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across = {});
   // words = the AND of every rank's words (the engine's negotiation flags and cache
   // bits), in one piece; needs words_fit(words.size()). Same calling rules as allreduce.

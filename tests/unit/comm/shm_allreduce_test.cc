@@ -102,25 +102,35 @@ TEST(ShmAllreduce, EveryDtypeAndOpMatchesTheReference) {
 }
 
 TEST(ShmAllreduce, OutOfPlaceFillsTheOutputAndLeavesTheInputAlone) {
+  // The output at the start of a line and one element past it (its stores are
+  // non-temporal from the first whole line on), with a guard element on each side.
   for (int n : {1, 2, 3}) {
     std::atomic<int> wrong{0};
     run_ranks(n, 4096, [&](ShmAllreduce& shm, int rank) {
       for (DType t : {DType::kF32, DType::kBF16, DType::kI64}) {
         for (size_t count : {size_t{1}, size_t{65}, 3 * 4096 / dtype_size(t) + 7}) {
-          for (Reduce op : kOps) {
-            Tensor in = Tensor::empty({static_cast<int64_t>(count)}, t);
-            Tensor out = Tensor::empty({static_cast<int64_t>(count)}, t);
-            for (size_t i = 0; i < count; ++i) {
-              test::set(in, static_cast<int64_t>(i), value(rank, i));
-              test::set(out, static_cast<int64_t>(i), 99);
-            }
-            shm.allreduce(in.data(), out.data(), count, t, op);
-            for (size_t i = 0; i < count; ++i) {
-              const auto at = static_cast<int64_t>(i);
-              if ((test::get(out, at) != reference(op, n, i) || test::get(in, at) != value(rank, i)) && wrong++ < 5)
-                ADD_FAILURE() << "rank " << rank << " of " << n << ", " << dtype_name(t) << " count " << count << " ["
-                              << i << "]: out " << test::get(out, at) << " (expected " << reference(op, n, i)
-                              << "), in " << test::get(in, at) << " (was " << value(rank, i) << ")";
+          for (int64_t shift : {0, 1}) {
+            for (Reduce op : kOps) {
+              Tensor in = Tensor::empty({static_cast<int64_t>(count)}, t);
+              Tensor out = Tensor::empty({static_cast<int64_t>(count) + 2}, t);
+              for (size_t i = 0; i < count; ++i) test::set(in, static_cast<int64_t>(i), value(rank, i));
+              for (int64_t i = 0; i < out.numel(); ++i) test::set(out, i, 99);
+              shm.allreduce(in.data(), static_cast<char*>(out.data()) + shift * static_cast<int64_t>(dtype_size(t)),
+                            count, t, op);
+              for (size_t i = 0; i < count; ++i) {
+                const auto at = static_cast<int64_t>(i);
+                if ((test::get(out, at + shift) != reference(op, n, i) || test::get(in, at) != value(rank, i)) &&
+                    wrong++ < 5)
+                  ADD_FAILURE() << "rank " << rank << " of " << n << ", " << dtype_name(t) << " count " << count
+                                << " shift " << shift << " [" << i << "]: out " << test::get(out, at + shift)
+                                << " (expected " << reference(op, n, i) << "), in " << test::get(in, at) << " (was "
+                                << value(rank, i) << ")";
+              }
+              const int64_t after = static_cast<int64_t>(count) + shift;
+              for (int64_t g = 0; g < out.numel(); ++g)
+                if ((g < shift || g >= after) && test::get(out, g) != 99 && wrong++ < 5)
+                  ADD_FAILURE() << "rank " << rank << ", " << dtype_name(t) << " count " << count << " shift " << shift
+                                << ": the element " << g << " outside the output changed to " << test::get(out, g);
             }
           }
         }
