@@ -77,6 +77,21 @@ COHORT_API cohort_status_t cohort_runtime_cpu_times(const cohort_runtime_t* runt
   });
 }
 
+COHORT_API cohort_status_t cohort_runtime_engine_stats(const cohort_runtime_t* runtime, cohort_engine_stats_t* stats) {
+  return guard("cohort_runtime_engine_stats", [&] {
+    capi::check_struct_size<cohort_engine_stats_t>(need(stats, "stats")->struct_size, "stats");
+    const comm::EngineStats e = live(runtime).engine_stats();
+    cohort_engine_stats_t full{};
+    full.cycles = e.cycles;
+    full.full_exchanges = e.full_exchanges;
+    full.cache_hits = e.cache_hits;
+    full.fused_batches = e.fused_batches;
+    full.completed = e.completed;
+    full.held = e.held;
+    capi::write_out(stats, full, "stats");
+  });
+}
+
 COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, int* rank) {
   return guard("cohort_runtime_rank", [&] { *need(rank, "rank") = live(runtime).rank(); });
 }

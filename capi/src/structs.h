@@ -142,6 +142,11 @@ COHORT_STRUCT_FIELDS(cohort_thread_cpu_t, COHORT_FIELD(cohort_thread_cpu_t, comp
                      COHORT_FIELD(cohort_thread_cpu_t, compute_spread_p90));
 COHORT_STRUCT_FIELDS(cohort_cpu_times_t, COHORT_FIELD(cohort_cpu_times_t, process_s),
                      COHORT_FIELD(cohort_cpu_times_t, calling_thread_s), COHORT_FIELD(cohort_cpu_times_t, engine_s));
+COHORT_STRUCT_FIELDS(cohort_engine_stats_t, COHORT_FIELD(cohort_engine_stats_t, cycles),
+                     COHORT_FIELD(cohort_engine_stats_t, full_exchanges),
+                     COHORT_FIELD(cohort_engine_stats_t, cache_hits),
+                     COHORT_FIELD(cohort_engine_stats_t, fused_batches), COHORT_FIELD(cohort_engine_stats_t, completed),
+                     COHORT_FIELD(cohort_engine_stats_t, held));
 COHORT_STRUCT_FIELDS(cohort_step_record_t, COHORT_FIELD(cohort_step_record_t, step),
                      COHORT_FIELD(cohort_step_record_t, epoch), COHORT_FIELD(cohort_step_record_t, loss),
                      COHORT_FIELD(cohort_step_record_t, lr), COHORT_FIELD(cohort_step_record_t, step_s),

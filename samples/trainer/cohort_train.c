@@ -50,6 +50,7 @@ typedef struct {
   int started;
   int64_t first_step; /* the step after which measuring began */
   cohort_cpu_times_t cpu;
+  cohort_engine_stats_t engine;
   cohort_pipeline_stats_t input;
   double* compute_s; /* per step after first_step; NAN on a rank that does not compute */
   int64_t capacity;
@@ -460,6 +461,8 @@ static int start_accounting(trainer_t* t, int64_t step) {
   a->first_step = step;
   a->cpu = (cohort_cpu_times_t){.struct_size = sizeof a->cpu};
   CHECK(cohort_runtime_cpu_times(t->rt, &a->cpu), "reading the CPU times");
+  a->engine = (cohort_engine_stats_t){.struct_size = sizeof a->engine};
+  CHECK(cohort_runtime_engine_stats(t->rt, &a->engine), "reading the engine's counters");
   a->input = (cohort_pipeline_stats_t){.struct_size = sizeof a->input};
   if (t->train) CHECK(cohort_pipeline_stats(t->train, &a->input), "reading the pipeline's statistics");
   return 0;
@@ -568,12 +571,38 @@ static int thread_accounting(trainer_t* t, int64_t steps_done, cohort_thread_cpu
 }
 
 /* Where a rank's time went, in milliseconds per step (the median rank's). */
+/* The engine's work per measured step on this rank: negotiation cycles (each a barrier of
+ * every rank), the cycles that exchanged full descriptions, the operations completed and
+ * the allreduce calls that fused several tensors. */
+typedef struct {
+  double cycles, full_exchanges, operations, fused_batches;
+} engine_per_step_t;
+
+static int engine_per_step(const trainer_t* t, int64_t steps_done, engine_per_step_t* out, int* measured) {
+  const accounting_t* a = &t->acct;
+  *measured = a->started && steps_done > a->first_step;
+  if (!*measured) return 0;
+  cohort_engine_stats_t now = {.struct_size = sizeof now};
+  CHECK(cohort_runtime_engine_stats(t->rt, &now), "reading the engine's counters");
+  const double steps = (double)(steps_done - a->first_step);
+  out->cycles = (double)(now.cycles - a->engine.cycles) / steps;
+  out->full_exchanges = (double)(now.full_exchanges - a->engine.full_exchanges) / steps;
+  out->operations = (double)(now.completed - a->engine.completed) / steps;
+  out->fused_batches = (double)(now.fused_batches - a->engine.fused_batches) / steps;
+  return 0;
+}
+
 static void print_accounting(const cohort_thread_cpu_t* a) {
   printf("CPU per step (median rank, ms): compute %.1f, engine %.2f, other %.2f", 1e3 * a->compute.median,
          1e3 * a->engine.median, 1e3 * a->other.median);
   if (a->has_input) printf(", readers %.1f, decoders %.1f", 1e3 * a->readers.median, 1e3 * a->decoders.median);
   printf("; compute spread across ranks per step: median %.1f ms, p90 %.1f ms\n", 1e3 * a->compute_spread_median,
          1e3 * a->compute_spread_p90);
+}
+
+static void print_engine_per_step(const engine_per_step_t* e) {
+  printf("engine per step (rank 0): %.1f negotiation cycles (%.1f full), %.1f operations, %.1f fused allreduce calls\n",
+         e->cycles, e->full_exchanges, e->operations, e->fused_batches);
 }
 
 /* A dedicated parameter server's step: it serves from its own thread, so here it only
@@ -740,7 +769,7 @@ static void print_input_report(const trainer_t* t, const cohort_pipeline_stats_t
 
 static void print_json_summary(const trainer_t* t, const plan_t* plan, const progress_t* p,
                                const cohort_rate_summary_t* rates, double loss, const cohort_eval_result_t* ev,
-                               int64_t skipped, cohort_run_summary_t rs) {
+                               int64_t skipped, const engine_per_step_t* engine, cohort_run_summary_t rs) {
   char device[32] = "cpu";
   cohort_runtime_device(t->rt, device, sizeof device, NULL);
   rs.model = t->set.model;
@@ -760,8 +789,13 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
   rs.top1 = ev->top1;
   rs.top5 = ev->top5;
   rs.wall_s = now_s() - t->wall_start;
-  char extra[48];
-  snprintf(extra, sizeof extra, "\"skipped\": %lld", (long long)skipped);
+  char extra[320];
+  int len = snprintf(extra, sizeof extra, "\"skipped\": %lld", (long long)skipped);
+  if (engine)
+    snprintf(extra + len, sizeof extra - (size_t)len,
+             ", \"engine\": {\"cycles_per_step\": %.3f, \"full_exchanges_per_step\": %.3f, "
+             "\"operations_per_step\": %.3f, \"fused_batches_per_step\": %.3f}",
+             engine->cycles, engine->full_exchanges, engine->operations, engine->fused_batches);
   rs.extra_json = extra;
   size_t needed = 0;
   cohort_run_summary_json(&rs, NULL, 0, &needed);
@@ -772,6 +806,9 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
 
 /* The final rates, the evaluation (--eval) and the run summary (--json). */
 static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
+  engine_per_step_t engine; /* read first: the report's own collectives are not the steps' */
+  int engine_measured = 0;
+  if (engine_per_step(t, p->step, &engine, &engine_measured)) return 1;
   cohort_rate_summary_t rates = {.struct_size = sizeof rates};
   CHECK(cohort_metrics_summary(t->metrics, &rates), "reading the step metrics");
   const cohort_rate_summary_t own = rates;
@@ -786,6 +823,7 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
       thread_accounting(t, p->step, &threads, &measured))
     return 1;
   if (measured) rs.threads = &threads;
+
   const int64_t skipped = input.skipped;
   if (t->set.data_dir[0]) rs.input = &input; /* synthetic data has no pipeline work */
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
@@ -799,12 +837,13 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   printf("skipped samples: %lld of %lld read\n", (long long)skipped, (long long)read);
   if (rs.input) print_input_report(t, &input);
   if (rs.threads) print_accounting(rs.threads);
+  if (engine_measured) print_engine_per_step(&engine);
   if (rs.has_staleness)
     printf("staleness: %.2f updates behind on average, %lld at most\n", rs.staleness_mean, (long long)rs.staleness_max);
   if (t->set.eval)
     printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,
            (long long)ev.samples, ev.loss);
-  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev, skipped, rs);
+  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev, skipped, engine_measured ? &engine : NULL, rs);
   fflush(stdout);
   return 0;
 }

@@ -87,6 +87,11 @@ class Runtime {
     check_open("reading the engine's CPU time");
     return engine_->cpu_seconds();
   }
+  // The engine's counters so far. Throws kInvalidState after shutdown().
+  comm::EngineStats engine_stats() const {
+    check_open("reading the engine's counters");
+    return engine_->stats();
+  }
   // 0, 1, 2, ... one per call: names the collectives of each optimizer created on this
   // runtime apart (ranks create theirs in the same order, so the numbers agree).
   int next_optimizer_index() { return optimizers_created_++; }

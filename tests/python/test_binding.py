@@ -579,6 +579,7 @@ class MultiRank(unittest.TestCase):
 
     def test_collectives(self):
         rt = self.rt
+        before = rt.engine_stats()
         x = np.full(5, rt.rank + 1, dtype=np.float32)
         np.testing.assert_array_equal(rt.allreduce(x, "mr/sum"), np.full(5, 3.0))
         y = np.full(3, float(rt.rank), dtype=np.float64)
@@ -600,6 +601,11 @@ class MultiRank(unittest.TestCase):
         np.testing.assert_array_equal(a, [2, 2])
         np.testing.assert_array_equal(b, [2, 2, 2])
         rt.collective_barrier()
+        after = rt.engine_stats()
+        # The operations above, each of the group's counted, the barrier not.
+        self.assertEqual(after.completed - before.completed, 9)
+        self.assertGreater(after.cycles, before.cycles)
+        self.assertGreaterEqual(after.fused_batches - before.fused_batches, 0)
 
     def test_world_process_is_this_process_alone(self):
         with cohort.Runtime(log_level="error", world="process") as alone:

@@ -115,6 +115,29 @@ typedef struct cohort_cpu_times_t {
  */
 COHORT_API cohort_status_t cohort_runtime_cpu_times(const cohort_runtime_t* runtime, cohort_cpu_times_t* times);
 
+/** @brief What the runtime's collective engine has done so far (filled by
+ *         cohort_runtime_engine_stats()). Counts only grow. */
+typedef struct cohort_engine_stats_t {
+  size_t struct_size;      /**< Set by the caller to sizeof(cohort_engine_stats_t). */
+  uint64_t cycles;         /**< Negotiation cycles: each is a barrier of every rank, so every rank counts the same. */
+  uint64_t full_exchanges; /**< Cycles that exchanged the operations' descriptions, not just the cache's bits. */
+  uint64_t cache_hits;     /**< Operations agreed through the response cache (one bit each). */
+  uint64_t fused_batches;  /**< Allreduce calls that carried more than one tensor. */
+  uint64_t completed;      /**< Operations completed (collectives submitted; barriers and joins not counted). */
+  uint64_t held;           /**< Reductions put off while compute ran (comm_during_compute=hold). */
+} cohort_engine_stats_t;
+
+/**
+ * @brief The collective engine's counters so far: two readings, taken around a stretch of
+ *        a program, say how many negotiation barriers and collectives it cost (cohort-train
+ *        reports them per step in its run summary). Thread-safe; not collective; cheap.
+ * @param runtime The runtime.
+ * @param[in,out] stats Caller-owned; set stats->struct_size = sizeof(*stats) first.
+ * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for NULL arguments or a bad
+ *   struct_size; ::COHORT_ERR_INVALID_STATE once the runtime is shut down.
+ */
+COHORT_API cohort_status_t cohort_runtime_engine_stats(const cohort_runtime_t* runtime, cohort_engine_stats_t* stats);
+
 /** @brief This process's rank. Thread-safe. */
 COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, int* rank);
 

@@ -80,6 +80,11 @@ class CpuTimes(Structure):  # cohort_cpu_times_t (runtime.h)
                 ("engine_s", c_double)]
 
 
+class EngineStats(Structure):  # cohort_engine_stats_t (runtime.h)
+    _fields_ = [("struct_size", c_size_t), ("cycles", c_uint64), ("full_exchanges", c_uint64),
+                ("cache_hits", c_uint64), ("fused_batches", c_uint64), ("completed", c_uint64), ("held", c_uint64)]
+
+
 class AllreduceOptions(Structure):  # cohort_allreduce_options_t (collectives.h)
     _fields_ = [("struct_size", c_size_t), ("op", c_int), ("prescale", c_double), ("postscale", c_double)]
 
@@ -170,7 +175,8 @@ STRUCTS = {
     "cohort_train_stats_t": TrainStats, "cohort_eval_result_t": EvalResult,
     "cohort_checkpoint_info_t": CheckpointInfo, "cohort_rate_summary_t": RateSummary,
     "cohort_run_summary_t": RunSummary, "cohort_optimizer_info_t": OptimizerInfo,
-    "cohort_step_record_t": StepRecord, "cohort_cpu_times_t": CpuTimes, "cohort_over_ranks_t": OverRanks,
+    "cohort_step_record_t": StepRecord, "cohort_cpu_times_t": CpuTimes, "cohort_engine_stats_t": EngineStats,
+    "cohort_over_ranks_t": OverRanks,
     "cohort_thread_cpu_t": ThreadCpu,
 }
 
@@ -227,6 +233,7 @@ FUNCTIONS = {
     "cohort_runtime_destroy": (None, [H]),
     "cohort_runtime_info": (STATUS, [H, POINTER(RuntimeInfo)]),
     "cohort_runtime_cpu_times": (STATUS, [H, POINTER(CpuTimes)]),
+    "cohort_runtime_engine_stats": (STATUS, [H, POINTER(EngineStats)]),
     "cohort_runtime_rank": (STATUS, [H, IP]),
     "cohort_runtime_size": (STATUS, [H, IP]),
     "cohort_runtime_device": (STATUS, [H, c_char_p, c_size_t, SZ]),

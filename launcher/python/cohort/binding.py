@@ -439,6 +439,11 @@ class Runtime(_Handle):
         calling_thread_s (the calling thread) and engine_s (the collective engine's thread)."""
         return Record(_filled(_capi.CpuTimes, lib().cohort_runtime_cpu_times, self.handle))
 
+    def engine_stats(self):
+        """The collective engine's counters so far: cycles (negotiation barriers),
+        full_exchanges, cache_hits, fused_batches, completed (operations) and held."""
+        return Record(_filled(_capi.EngineStats, lib().cohort_runtime_engine_stats, self.handle))
+
     rank = property(lambda self: self._info.rank)
     size = property(lambda self: self._info.size)
     local_rank = property(lambda self: self._info.local_rank)

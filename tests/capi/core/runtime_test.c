@@ -185,6 +185,41 @@ static void cpu_times_follow_the_threads(void** state) {
   cohort_runtime_destroy(rt);
 }
 
+/* Engine counters: two allreduces are two operations completed, each after a negotiation
+ * cycle; an engine barrier takes a cycle but is not an operation; counts only grow; bad
+ * arguments are refused. */
+static void engine_stats_count_the_collectives(void** state) {
+  (void)state;
+  cohort_runtime_t* rt = NULL;
+  assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
+  cohort_engine_stats_t before = {.struct_size = sizeof before}, after = {.struct_size = sizeof after};
+  assert_int_equal(cohort_runtime_engine_stats(rt, &before), COHORT_OK);
+  float values[3] = {1, 2, 3};
+  int64_t shape[1] = {3};
+  DLTensor t = {.data = values, .device = {kDLCPU, 0}, .ndim = 1, .dtype = {kDLFloat, 32, 1}, .shape = shape};
+  assert_int_equal(cohort_allreduce(rt, "stats/a", &t, NULL, NULL), COHORT_OK);
+  assert_int_equal(cohort_allreduce(rt, "stats/b", &t, NULL, NULL), COHORT_OK);
+  assert_int_equal(cohort_runtime_engine_stats(rt, &after), COHORT_OK);
+  assert_int_equal(after.completed - before.completed, 2);
+  assert_true(after.cycles >= before.cycles + 2);
+  before = after;
+  assert_int_equal(cohort_barrier(rt), COHORT_OK);
+  assert_int_equal(cohort_runtime_engine_stats(rt, &after), COHORT_OK);
+  assert_int_equal(after.completed, before.completed);
+  assert_true(after.cycles >= before.cycles + 1);
+  assert_true(after.full_exchanges >= before.full_exchanges && after.full_exchanges <= after.cycles);
+  assert_true(after.cache_hits >= before.cache_hits && after.fused_batches >= before.fused_batches);
+  assert_true(after.held >= before.held);
+  assert_error(cohort_runtime_engine_stats(NULL, &after), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_engine_stats",
+               "runtime is NULL");
+  assert_error(cohort_runtime_engine_stats(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_engine_stats",
+               "stats is NULL");
+  after.struct_size = 3;
+  assert_error(cohort_runtime_engine_stats(rt, &after), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_engine_stats",
+               "set it to sizeof(cohort_engine_stats_t)");
+  cohort_runtime_destroy(rt);
+}
+
 static void bad_settings_fail_creation(void** state) {
   (void)state;
   cohort_runtime_t* rt = (cohort_runtime_t*)0x1;
@@ -229,6 +264,7 @@ int main(void) {
       cmocka_unit_test(runtimes_in_sequence_and_side_by_side),
       cmocka_unit_test(info_and_query_errors),
       cmocka_unit_test(cpu_times_follow_the_threads),
+      cmocka_unit_test(engine_stats_count_the_collectives),
       cmocka_unit_test(bad_settings_fail_creation),
       cmocka_unit_test(finalize_is_once_and_final),
   };
