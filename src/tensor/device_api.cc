@@ -139,11 +139,19 @@ void TestDevice::deallocate(int, void* p) {
   std::free(p);
 }
 
-void TestDevice::copy(void* dst, const void* src, size_t bytes, const Stream&) {
+namespace {
+thread_local uint64_t default_stream_work = 0;  // TestDevice::default_stream_work_here()
+}  // namespace
+
+uint64_t TestDevice::default_stream_work_here() { return default_stream_work; }
+
+void TestDevice::copy(void* dst, const void* src, size_t bytes, const Stream& stream) {
+  if (!stream.is_host() && !stream.native()) ++default_stream_work;
   if (bytes) std::memmove(dst, src, bytes);
 }
 
-void TestDevice::zero(void* dst, size_t bytes, const Stream&) {
+void TestDevice::zero(void* dst, size_t bytes, const Stream& stream) {
+  if (!stream.is_host() && !stream.native()) ++default_stream_work;
   if (bytes) std::memset(dst, 0, bytes);
 }
 

@@ -41,6 +41,9 @@ class TestDevice final : public DeviceApi {
   void set_capacity(size_t bytes);
   size_t live_bytes() const { return live_bytes_.load(); }
   uint64_t allocations() const { return allocations_.load(); }
+  // Copies and fills that the calling thread gave the device's default stream (a null
+  // handle), which on a GPU wait for the whole device first.
+  static uint64_t default_stream_work_here();
 
  private:
   struct Flag;

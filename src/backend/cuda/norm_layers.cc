@@ -30,6 +30,10 @@ class BatchNormLayer final : public CudaLayer {
     require(spec_.eps >= CUDNN_BN_MIN_EPSILON, "layer '", spec_.name, "': cuDNN needs eps >= ", CUDNN_BN_MIN_EPSILON);
     alloc_out();
     const int64_t c = out().desc.dims[1];
+    const int64_t per_channel = out().numel() / std::max<int64_t>(c, 1);
+    // cuDNN's unbiased running variance divides by N·H·W − 1.
+    require(!training() || per_channel > 1, "layer '", spec_.name, "': a batch norm in training on the GPU needs ",
+            "more than one value per channel, got N·H·W = ", per_channel, " (use a batch of 2 or more per rank)");
     // Scale, shift, running and saved statistics: f32 [1, C, 1, 1] whatever the values'
     // type (cudnnDeriveBNTensorDescriptor would give f64 values f64 parameters).
     const int ci = static_cast<int>(c);
@@ -79,15 +83,22 @@ class BatchNormLayer final : public CudaLayer {
       void* dx = wanted ? in().dx() : scratch(dx_scratch_, in());
       if (fused_) {
         // dy is the relu's output gradient and y the relu's output: cuDNN masks dy itself.
+        // cuDNN documents blending only for dx, not whether the fused kernels blend dz
+        // alike: both are written without blending, and one that adds to another
+        // writer's goes through scratch memory.
         void* dz = nullptr;
         if (z_) dz = z_wanted && !z_acc ? z_->dx() : scratch(dz_scratch_, *z_);
+        void* fused_dx = acc ? scratch(dx_scratch_, in()) : dx;
         check(cudnnBatchNormalizationBackwardEx(
-                  ctx().cudnn, kFusedMode, ops(), &kOne, beta_for(acc), &kOne, &kZero, in().td, in().x(), out().td,
-                  out().x(), out().td, out().dx(), z_ ? z_->td.get() : nullptr, dz, in().td, dx, bn_,
+                  ctx().cudnn, kFusedMode, ops(), &kOne, &kZero, &kOne, &kZero, in().td, in().x(), out().td, out().x(),
+                  out().td, out().dx(), z_ ? z_->td.get() : nullptr, dz, in().td, fused_dx, bn_,
                   plan_.param(spec_.params[0]), plan_.param(spec_.params[1]), plan_.grad(spec_.params[0]),
                   plan_.grad(spec_.params[1]), spec_.eps, saved_mean_.data_as<float>(), saved_inv_var_.data_as<float>(),
                   relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
               "cudnnBatchNormalizationBackwardEx");
+        if (acc)
+          kernels::for_each(cstream(), in().numel(), kernels::CopyTo<uint16_t, kernels::F16Codec>{true},
+                            in().dxs<uint16_t>(), static_cast<const uint16_t*>(dx_scratch_.data()));
         if (z_acc)
           kernels::for_each(cstream(), z_->numel(), kernels::CopyTo<uint16_t, kernels::F16Codec>{true},
                             z_->dxs<uint16_t>(), static_cast<const uint16_t*>(dz_scratch_.data()));
@@ -160,6 +171,10 @@ class LrnLayer final : public CudaLayer {
   void build_forward() override {
     require(spec_.lrn_size >= CUDNN_LRN_MIN_N && spec_.lrn_size <= CUDNN_LRN_MAX_N, "layer '", spec_.name,
             "': cuDNN's LRN takes sizes ", CUDNN_LRN_MIN_N, " to ", CUDNN_LRN_MAX_N, ", got ", spec_.lrn_size);
+    require(spec_.lrn_k >= CUDNN_LRN_MIN_K, "layer '", spec_.name, "': cuDNN's LRN needs k >= ", CUDNN_LRN_MIN_K,
+            ", got ", spec_.lrn_k);
+    require(spec_.lrn_beta >= CUDNN_LRN_MIN_BETA, "layer '", spec_.name,
+            "': cuDNN's LRN needs beta >= ", CUDNN_LRN_MIN_BETA, ", got ", spec_.lrn_beta);
     check(cudnnSetLRNDescriptor(lrn_, static_cast<unsigned>(spec_.lrn_size), spec_.lrn_alpha, spec_.lrn_beta,
                                 spec_.lrn_k),
           "cudnnSetLRNDescriptor");

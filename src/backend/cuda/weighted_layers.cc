@@ -45,11 +45,14 @@ void gemm(Context& ctx, cublasOperation_t ta, cublasOperation_t tb, int m, int n
 }
 
 // The first algorithm of a cuDNN search whose workspace fits, by the search's order
-// (fastest first for cudnnFind, best first for the heuristics).
+// (fastest first for cudnnFind, best first for the heuristics). A search may list an
+// algorithm in another math type than the descriptor's: with fma_only (f32 with TF32
+// off) only CUDNN_FMA_MATH ones count, or the search would turn TF32 back on.
 template <typename Perf>
-bool pick(const Perf* perf, int count, size_t limit, ConvChoice& out) {
+bool pick(const Perf* perf, int count, size_t limit, bool fma_only, ConvChoice& out) {
   for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit) {
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= limit &&
+        (!fma_only || perf[i].mathType == CUDNN_FMA_MATH)) {
       out = {static_cast<int>(perf[i].algo), static_cast<int>(perf[i].mathType), perf[i].memory, perf[i].time};
       return true;
     }
@@ -172,6 +175,7 @@ class ConvLayer final : public CudaLayer {
   ConvChoice search(ConvPass pass, ConvDesc& desc) {
     cudnnHandle_t h = ctx().cudnn;
     const size_t limit = ctx().workspace_limit;
+    const bool fma_only = dtype() == DType::kF32 && !ctx().tf32;
     ConvChoice c;
     int n = 0;
     switch (pass) {
@@ -179,12 +183,12 @@ class ConvLayer final : public CudaLayer {
         cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
         if (cudnnFindConvolutionForwardAlgorithm(h, in().td, filter_, desc, out().td, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                  &n, perf) == CUDNN_STATUS_SUCCESS &&
-            pick(perf, n, limit, c))
+            pick(perf, n, limit, fma_only, c))
           return c;
         check(cudnnGetConvolutionForwardAlgorithm_v7(h, in().td, filter_, desc, out().td,
                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n, perf),
               "cudnnGetConvolutionForwardAlgorithm_v7");
-        if (pick(perf, n, limit, c)) return c;
+        if (pick(perf, n, limit, fma_only, c)) return c;
         break;
       }
       case ConvPass::kBackwardData: {
@@ -192,12 +196,12 @@ class ConvLayer final : public CudaLayer {
         if (cudnnFindConvolutionBackwardDataAlgorithm(h, filter_, out().td, desc, in().td,
                                                       CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n,
                                                       perf) == CUDNN_STATUS_SUCCESS &&
-            pick(perf, n, limit, c))
+            pick(perf, n, limit, fma_only, c))
           return c;
         check(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, filter_, out().td, desc, in().td,
                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &n, perf),
               "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-        if (pick(perf, n, limit, c)) return c;
+        if (pick(perf, n, limit, fma_only, c)) return c;
         break;
       }
       case ConvPass::kBackwardFilter: {
@@ -205,12 +209,12 @@ class ConvLayer final : public CudaLayer {
         if (cudnnFindConvolutionBackwardFilterAlgorithm(h, in().td, out().td, desc, filter_,
                                                         CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n,
                                                         perf) == CUDNN_STATUS_SUCCESS &&
-            pick(perf, n, limit, c))
+            pick(perf, n, limit, fma_only, c))
           return c;
         check(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, in().td, out().td, desc, filter_,
                                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf),
               "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-        if (pick(perf, n, limit, c)) return c;
+        if (pick(perf, n, limit, fma_only, c)) return c;
         break;
       }
     }

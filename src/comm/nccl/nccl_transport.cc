@@ -68,6 +68,25 @@ ncclRedOp_t nccl_op(kernels::Reduce op) {
   return ncclSum;
 }
 
+// ncclGroupStart() until end(); a call that throws in between still ends the group on
+// the way out, or every later NCCL call of this thread would join it and never launch.
+class NcclGroup {
+ public:
+  NcclGroup() { nccl_check(ncclGroupStart(), "ncclGroupStart"); }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();  // unwinding from an error: that error is the one reported
+  }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end() {
+    open_ = false;
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
+ private:
+  bool open_ = true;
+};
+
 }  // namespace
 
 NcclTransport::NcclTransport(MPI_Comm parent, int device, std::shared_ptr<Allocator> allocator)
@@ -127,7 +146,7 @@ void NcclTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce 
 void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) {
   check_open("allgather");
   // NCCL has no allgatherv: one broadcast per rank, grouped.
-  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  NcclGroup group;
   size_t offset = 0;
   for (int r = 0; r < size(); ++r) {
     size_t n = bytes[static_cast<size_t>(r)];
@@ -136,7 +155,7 @@ void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<s
     nccl_check(ncclBroadcast(r == rank() ? send : dst, dst, n, ncclUint8, r, comm_, stream_), "ncclBroadcast");
     offset += n;
   }
-  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  group.end();
   sync("allgather");
 }
 
@@ -150,7 +169,7 @@ void NcclTransport::broadcast(void* buf, size_t bytes, int root) {
 void NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                               const std::vector<size_t>& recv_bytes) {
   check_open("alltoall");
-  nccl_check(ncclGroupStart(), "ncclGroupStart");
+  NcclGroup group;
   size_t so = 0, ro = 0;
   for (int r = 0; r < size(); ++r) {
     size_t sn = send_bytes[static_cast<size_t>(r)], rn = recv_bytes[static_cast<size_t>(r)];
@@ -160,7 +179,7 @@ void NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_
     so += sn;
     ro += rn;
   }
-  nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+  group.end();
   sync("alltoall");
 }
 

@@ -13,6 +13,16 @@ StagedTransport::StagedTransport(std::unique_ptr<Transport> host, Device device,
     : host_(std::move(host)), device_(device), pinned_(std::move(pinned)), device_memory_(std::move(device_memory)) {
   require(host_ && host_->supports(Device::cpu()), "the staged transport needs a host transport");
   require(!device_.is_host(), "the staged transport moves device tensors, not ", device_.to_string());
+  stream_ = device_api(device_.kind).create_stream(device_.id);
+}
+
+StagedTransport::~StagedTransport() {
+  try {
+    DeviceApi& api = device_api(device_.kind);
+    api.synchronize(stream_);
+    api.destroy_stream(stream_);
+  } catch (...) {  // a device in error at exit: nothing left to order
+  }
 }
 
 void* StagedTransport::staging(size_t bytes, int slot) {
@@ -24,13 +34,9 @@ void* StagedTransport::staging(size_t bytes, int slot) {
   return s->data();
 }
 
-void StagedTransport::to_host(void* host, const void* device, size_t bytes) {
-  if (bytes) device_api(device_.kind).copy(host, device, bytes, Stream(device_, nullptr));
-}
+void StagedTransport::to_host(void* host, const void* device, size_t bytes) { copy(host, device, bytes, device_); }
 
-void StagedTransport::to_device(void* device, const void* host, size_t bytes) {
-  if (bytes) device_api(device_.kind).copy(device, host, bytes, Stream(device_, nullptr));
-}
+void StagedTransport::to_device(void* device, const void* host, size_t bytes) { copy(device, host, bytes, device_); }
 
 void StagedTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
   const size_t bytes = count * dtype_size(t);
@@ -97,13 +103,19 @@ void StagedTransport::reduce_scatter(const void* send, void* recv, const std::ve
 }
 
 void StagedTransport::copy(void* dst, const void* src, size_t bytes, Device) {
-  if (bytes) device_api(device_.kind).copy(dst, src, bytes, Stream(device_, nullptr));
+  if (!bytes) return;
+  DeviceApi& api = device_api(device_.kind);
+  api.copy(dst, src, bytes, stream_);
+  api.synchronize(stream_);
 }
 
 Tensor StagedTransport::allocate(const Shape& shape, DType t) { return Tensor::empty(shape, t, *device_memory_); }
 
 void StagedTransport::zero(void* buf, size_t bytes) {
-  if (bytes) device_api(device_.kind).zero(buf, bytes, Stream(device_, nullptr));
+  if (!bytes) return;
+  DeviceApi& api = device_api(device_.kind);
+  api.zero(buf, bytes, stream_);
+  api.synchronize(stream_);
 }
 
 void StagedTransport::scale(void* buf, size_t count, DType t, double factor) {

@@ -21,6 +21,9 @@ class StagedTransport final : public Transport {
   // device tensors live; `pinned` gives the staging buffers, `device_memory` results.
   StagedTransport(std::unique_ptr<Transport> host, Device device, std::shared_ptr<Allocator> pinned,
                   std::shared_ptr<Allocator> device_memory);
+  ~StagedTransport() override;
+  StagedTransport(const StagedTransport&) = delete;
+  StagedTransport& operator=(const StagedTransport&) = delete;
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
@@ -47,11 +50,16 @@ class StagedTransport final : public Transport {
  private:
   // A pinned host buffer of at least `bytes` (slot 0 or 1: two in flight at most).
   void* staging(size_t bytes, int slot = 0);
+  // Copies and fills on the transport's own stream, complete on return. The inputs are
+  // ready before: the engine has waited for their events on the host (wait_event). No
+  // call waits for the whole device, which would fail while this rank's compute thread
+  // captures a CUDA graph (cuda_graphs=on).
   void to_host(void* host, const void* device, size_t bytes);
   void to_device(void* device, const void* host, size_t bytes);
 
   std::unique_ptr<Transport> host_;
   Device device_;
+  Stream stream_;  // the device's, made for this transport
   std::shared_ptr<Allocator> pinned_, device_memory_;
   std::shared_ptr<Storage> staging_[2];
 };

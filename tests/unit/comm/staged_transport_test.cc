@@ -10,6 +10,7 @@
 #include "comm/staged/staged_transport.h"
 #include "tensor/device_api.h"
 #include "tensor/memory.h"
+#include "tensor/test_device.h"
 
 namespace cohort::comm {
 namespace {
@@ -37,6 +38,16 @@ Tensor on_device(Memory& m, const std::vector<float>& v) {
   return clone_to(host, *m.on(kTest));
 }
 
+// Runs one call of the transport, which must give no copy or fill to the device's
+// default stream: on a GPU that waits for the whole device, which fails while the
+// compute thread captures a CUDA graph.
+template <typename Fn>
+void own_stream(Fn fn) {
+  const uint64_t before = TestDevice::default_stream_work_here();
+  fn();
+  EXPECT_EQ(TestDevice::default_stream_work_here(), before) << "the staged transport used the default stream";
+}
+
 std::vector<float> values(const Tensor& device) {
   const Tensor h = to_host(device);
   return {h.data_as<float>(), h.data_as<float>() + h.numel()};
@@ -49,31 +60,31 @@ TEST(StagedTransport, ReducesAndMovesDeviceTensorsThroughHostMemory) {
     EXPECT_FALSE(t.supports(Device::cpu()));
     // allreduce, alone and several at once
     Tensor a = on_device(m, {1.f * r, 2.f, 3.f}), b = on_device(m, {10.f, 20.f * r});
-    t.allreduce(a.data(), 3, DType::kF32, kernels::Reduce::kSum);
+    own_stream([&] { t.allreduce(a.data(), 3, DType::kF32, kernels::Reduce::kSum); });
     EXPECT_EQ(values(a), (std::vector<float>{3.f, 6.f, 9.f}));
     Tensor c = on_device(m, {1.f, 1.f});
-    t.allreduce_many({{b.data(), 2}, {c.data(), 2}}, DType::kF32, kernels::Reduce::kMax);
+    own_stream([&] { t.allreduce_many({{b.data(), 2}, {c.data(), 2}}, DType::kF32, kernels::Reduce::kMax); });
     EXPECT_EQ(values(b), (std::vector<float>{10.f, 40.f}));
     EXPECT_EQ(values(c), (std::vector<float>{1.f, 1.f}));
     // broadcast from rank 1
     Tensor d = on_device(m, {static_cast<float>(r), -1.f});
-    t.broadcast(d.data(), d.nbytes(), 1);
+    own_stream([&] { t.broadcast(d.data(), d.nbytes(), 1); });
     EXPECT_EQ(values(d), (std::vector<float>{1.f, -1.f}));
     // allgatherv: rank r contributes r + 1 floats
     std::vector<float> mine(static_cast<size_t>(r + 1), static_cast<float>(r));
     Tensor send = on_device(m, mine);
     Tensor recv = t.allocate({6}, DType::kF32);
-    t.allgatherv(send.data(), recv.data(), {4, 8, 12});
+    own_stream([&] { t.allgatherv(send.data(), recv.data(), {4, 8, 12}); });
     EXPECT_EQ(values(recv), (std::vector<float>{0.f, 1.f, 1.f, 2.f, 2.f, 2.f}));
     // reduce_scatter: every rank gets its block of the sum
     Tensor full = on_device(m, {1.f, 2.f, 3.f});
     Tensor block = t.allocate({1}, DType::kF32);
-    t.reduce_scatter(full.data(), block.data(), {1, 1, 1}, DType::kF32, kernels::Reduce::kSum);
+    own_stream([&] { t.reduce_scatter(full.data(), block.data(), {1, 1, 1}, DType::kF32, kernels::Reduce::kSum); });
     EXPECT_EQ(values(block), (std::vector<float>{3.f * static_cast<float>(r + 1)}));
     // scale and zero on the device's memory
-    t.scale(full.data(), 3, DType::kF32, 2.0);
+    own_stream([&] { t.scale(full.data(), 3, DType::kF32, 2.0); });
     EXPECT_EQ(values(full), (std::vector<float>{2.f, 4.f, 6.f}));
-    t.zero(full.data(), full.nbytes());
+    own_stream([&] { t.zero(full.data(), full.nbytes()); });
     EXPECT_EQ(values(full), (std::vector<float>{0.f, 0.f, 0.f}));
   });
 }
