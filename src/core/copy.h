@@ -15,24 +15,35 @@
 #endif
 
 namespace cohort {
+namespace copy_detail {
+
+// Copies the 64-byte blocks of [i, n) from s to d, each as four 16-byte loads and four
+// stores (non-temporal ones with kStream), and returns where the blocks end.
+template <bool kStream>
+inline size_t copy_blocks(unsigned char* d, const unsigned char* s, size_t i, size_t n) {
+#if defined(__SSE2__)
+  for (; i + 64 <= n; i += 64) {
+    __m128i v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16 * k));
+    for (int k = 0; k < 4; ++k) {
+      auto* to = reinterpret_cast<__m128i*>(d + i + 16 * k);
+      if constexpr (kStream)
+        _mm_stream_si128(to, v[k]);
+      else
+        _mm_storeu_si128(to, v[k]);
+    }
+  }
+#endif
+  return i;
+}
+
+}  // namespace copy_detail
 
 // memcpy(dst, src, n) for buffers that do not overlap.
 inline void copy_bytes(void* dst, const void* src, size_t n) {
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
-  size_t i = 0;
-#if defined(__SSE2__)
-  for (; i + 64 <= n; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-#endif
+  const size_t i = copy_detail::copy_blocks<false>(d, s, 0, n);
   if (i < n) std::memcpy(d + i, s + i, n - i);  // the tail (or everything without SSE2)
 }
 
@@ -41,26 +52,13 @@ inline void copy_bytes(void* dst, const void* src, size_t n) {
 // non-temporal store writes the whole line to memory without reading it. The stores are
 // weakly ordered: stream_fence() before another thread may read dst.
 inline void stream_bytes(void* dst, const void* src, size_t n) {
-#if defined(__SSE2__)
   auto* d = static_cast<unsigned char*>(dst);
   const auto* s = static_cast<const unsigned char*>(src);
-  size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
-  copy_bytes(d, s, head);  // up to dst's next line
-  size_t i = head;
-  for (; i + 64 <= n; i += 64) {
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
+  // Plain stores up to dst's next line, then whole lines (16-byte aligned stores).
+  const size_t head = std::min(n, (64 - reinterpret_cast<uintptr_t>(d) % 64) % 64);
+  copy_bytes(d, s, head);
+  const size_t i = copy_detail::copy_blocks<true>(d, s, head, n);
   copy_bytes(d + i, s + i, n - i);
-#else
-  copy_bytes(dst, src, n);
-#endif
 }
 
 // Orders the stream_bytes stores before this thread's later stores.
