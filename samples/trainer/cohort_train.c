@@ -570,7 +570,6 @@ static int thread_accounting(trainer_t* t, int64_t steps_done, cohort_thread_cpu
   return 0;
 }
 
-/* Where a rank's time went, in milliseconds per step (the median rank's). */
 /* The engine's work per measured step on this rank: negotiation cycles (each a barrier of
  * every rank), the cycles that exchanged full descriptions, the operations completed and
  * the allreduce calls that fused several tensors. */
@@ -592,6 +591,7 @@ static int engine_per_step(const trainer_t* t, int64_t steps_done, engine_per_st
   return 0;
 }
 
+/* Where a rank's time went, in milliseconds per step (the median rank's). */
 static void print_accounting(const cohort_thread_cpu_t* a) {
   printf("CPU per step (median rank, ms): compute %.1f, engine %.2f, other %.2f", 1e3 * a->compute.median,
          1e3 * a->engine.median, 1e3 * a->other.median);
@@ -823,7 +823,6 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
       thread_accounting(t, p->step, &threads, &measured))
     return 1;
   if (measured) rs.threads = &threads;
-
   const int64_t skipped = input.skipped;
   if (t->set.data_dir[0]) rs.input = &input; /* synthetic data has no pipeline work */
   cohort_eval_result_t ev = {.struct_size = sizeof ev};

@@ -219,7 +219,8 @@ class ConvLayer final : public CudaLayer {
       }
     }
     fail(Code::kCudnn, "layer '", spec_.name, "': cuDNN has no convolution algorithm for ", shape_string(in().dims()),
-         " (", dtype_name(dtype()), nhwc() ? ", NHWC" : ", NCHW", ") within a workspace of ", limit >> 20, " MiB");
+         " (", dtype_name(dtype()), nhwc() ? ", NHWC" : ", NCHW", fma_only ? ", FMA math: tf32=off" : "",
+         ") within a workspace of ", limit >> 20, " MiB");
   }
 
   template <typename S, typename C>
