@@ -1,5 +1,6 @@
 #include "backend/cuda/algo_cache.h"
 
+#include "core/logging.h"
 #include "core/status.h"
 
 namespace cohort::backend {
@@ -24,6 +25,8 @@ ConvChoice AlgoCache::find(const ConvKey& key, const std::function<ConvChoice()>
   // Searched outside the lock: it runs the GPU for a while. Two plans searching the
   // same key at once both search; either result is a good choice.
   const ConvChoice c = search();
+  COHORT_LOG_DEBUG("convolution ", k, ": algorithm ", c.algo, ", math type ", c.math_type, ", workspace ", c.workspace,
+                   " bytes, ", c.time_ms, " ms");
   std::lock_guard lock(mu_);
   ++searches_;
   return choices_.emplace(k, c).first->second;

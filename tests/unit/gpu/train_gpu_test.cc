@@ -29,12 +29,15 @@ class GpuTraining : public ::testing::Test {
   }
 };
 
+// Learning rates small enough that these steps do not amplify rounding: at lr 0.05 the
+// loss on this data jumps to 17 (momentum) or 900 (Adam) in one step, and the CPU's own
+// bf16 run then ends 8 % from its f32 run, so no tolerance could tell a fault from chaos.
 Config config(const char* device, const char* optimizer) {
   Config c;
   c.set("device", device);
   c.set("tf32", "off");
   c.set("optimizer", optimizer);
-  c.set("lr", "0.05");
+  c.set("lr", std::string(optimizer) == "adam" ? "0.0001" : "0.01");
   c.set("compute_threads", "1");
   c.set("model", "mnist_cnn");
   c.set("num_classes", "10");
