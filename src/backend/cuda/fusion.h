@@ -1,12 +1,12 @@
 // The fusion pass of the CUDA plan (host code, built with or without CUDA): which
-// relus (and which adds before them) the batch norm before them applies through cuDNN's
-// fused batch norm (cudnnBatchNormalization{ForwardTraining,Backward}Ex with
-// CUDNN_BATCHNORM_OPS_BN_ACTIVATION, or CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION for
-// relu(bn(x) + z), a residual block's end). cuDNN runs that fused form only for f16
-// NHWC values in CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode with a channel count that is
-// a multiple of 4, so layers fuse where the precision makes them all f16 (images are
-// NHWC at reduced precision), the plan trains, and each value but the relu's has the
-// next fused layer as its only consumer. For relu(add(bn, z)) the batch norm is the
+// relus (and which adds before them) the batch norm before them applies, for relu(bn(x))
+// and relu(bn(x) + z), a residual block's end. Layers fuse where they compute NHWC
+// images (the plan's layout, or any reduced precision), the plan trains, and each value
+// but the relu's has the next fused layer as its only consumer. The batch norm then runs
+// kernels/batch_norm.h's fused form, or in f16 with channels in multiples of 4 cuDNN's
+// (cudnnBatchNormalization{ForwardTraining,Backward}Ex in
+// CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode, with CUDNN_BATCHNORM_OPS_BN_ACTIVATION or
+// CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION). For relu(add(bn, z)) the batch norm is the
 // add's later input, so that z is computed before it runs (a downsampling block's own
 // batch norm fuses, with the main branch as z). A fused layer's value is its batch
 // norm's (the same memory), and so is its gradient: reading the batch norm's, the

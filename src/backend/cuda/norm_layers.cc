@@ -1,12 +1,15 @@
-// Batch norm (cuDNN's spatial batch norm: per channel over N, H, W, or per feature over
-// N for [N, F] values, in either layout; values of f32 or f16 (bf16 plans normalize in
-// f32) with scale, shift and statistics in f32; in f16 NHWC training, the relu after
-// it, or the add and the relu after it, fused where backend/cuda/fusion.h finds them;
-// the running statistics follow momentum with the unbiased variance, as the CPU
-// backend's do) and LRN across channels (cuDNN, in f32 NCHW at every precision: its
-// value is cast around it; alpha is divided by the window size, as oneDNN and PyTorch
-// do).
+// Batch norm (per channel over N, H, W, or per feature over N for [N, F] values; scale,
+// shift and statistics in f32; the running statistics follow momentum with the unbiased
+// variance, as the CPU backend's do): NHWC images through kernels/batch_norm.h in their
+// own type (f32, f16 or bf16), since cuDNN's batch norm is 50–100 times slower than
+// memory there, with the relu after it (or the add and the relu) folded in where
+// backend/cuda/fusion.h pairs them; f16 ones so paired whose channels are a multiple of 4
+// through cuDNN's fused form instead; NCHW images and [N, F] values through cuDNN's
+// spatial batch norm, in f32 or f16 (bf16 between casts)) and LRN across channels
+// (cuDNN, in f32 NCHW at every precision: its value is cast around it; alpha is divided
+// by the window size, as oneDNN and PyTorch do).
 #include "backend/cuda/plan.h"
+#include "kernels/batch_norm.h"
 #include "kernels/for_each.h"
 
 namespace cohort::backend::cuda {
@@ -14,16 +17,19 @@ namespace {
 
 class BatchNormLayer final : public CudaLayer {
  public:
-  // cuDNN's batch norm takes f16 values beside f32 parameters; bf16 values it does not
-  // document, so a bf16 plan normalizes in f32 (in the plan's layout) between casts. A
+  // An NHWC image normalizes through kernels/batch_norm.h in the plan's type. Otherwise
+  // cuDNN's batch norm runs: it takes f16 values beside f32 parameters, but bf16 values
+  // it does not document, so a bf16 [N, F] value normalizes in f32 between casts. A
   // batch norm the fusion pass pairs with the relu after it (backend/cuda/fusion.h)
-  // applies that relu, and the add before it where there is one, through cuDNN's fused
-  // form.
+  // applies that relu, and the add before it where there is one: in f16 with channels
+  // in multiples of 4 through cuDNN's fused form (faster there than kernels/ own).
   BatchNormLayer(CudaPlan& plan, const LayerSpec& spec, int index)
       : CudaLayer(plan, spec, index),
         fused_(plan.fusion_.bn_relu.at(static_cast<size_t>(index))),
-        add_(plan.fusion_.bn_add.at(static_cast<size_t>(index))) {
-    if (dt_ == DType::kBF16) dt_ = DType::kF32;
+        add_(plan.fusion_.bn_add.at(static_cast<size_t>(index))),
+        cudnn_fused_(fused_ && dt_ == DType::kF16 && spec.shape.size() == 3 && spec.shape[0] % 4 == 0),
+        own_(nhwc_ && !cudnn_fused_) {
+    if (dt_ == DType::kBF16 && !own_) dt_ = DType::kF32;
   }
 
   void build_forward() override {
@@ -38,6 +44,10 @@ class BatchNormLayer final : public CudaLayer {
     // type (cudnnDeriveBNTensorDescriptor would give f64 values f64 parameters).
     const int ci = static_cast<int>(c);
     bn_ = tensor_desc(Desc4{{1, ci, 1, 1}, {ci, 1, 1, 1}}, DType::kF32);
+    if (own_) {
+      build_own_forward(c);
+      return;
+    }
     if (!training()) {
       fwd.push_back({[this] {
         check(cudnnBatchNormalizationForwardInference(ctx().cudnn, CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, in().td,
@@ -50,7 +60,7 @@ class BatchNormLayer final : public CudaLayer {
     }
     saved_mean_ = plan_.alloc({c});
     saved_inv_var_ = plan_.alloc({c});
-    if (fused_) {
+    if (cudnn_fused_) {
       build_fused_forward();
       return;
     }
@@ -66,6 +76,10 @@ class BatchNormLayer final : public CudaLayer {
 
   void build_backward() override {
     plan_.grad_read(bwd, out());
+    if (own_) {
+      build_own_backward();
+      return;
+    }
     // cuDNN computes the input's gradient with the parameters' whatever is asked: a
     // batch norm of the input itself writes it into scratch memory.
     const bool wanted = in().needs_grad;
@@ -81,7 +95,7 @@ class BatchNormLayer final : public CudaLayer {
         return t.data();
       };
       void* dx = wanted ? in().dx() : scratch(dx_scratch_, in());
-      if (fused_) {
+      if (cudnn_fused_) {
         // dy is the relu's output gradient and y the relu's output: cuDNN masks dy itself.
         // cuDNN documents blending only for dx, not whether the fused kernels blend dz
         // alike: both are written without blending, and one that adds to another
@@ -152,12 +166,85 @@ class BatchNormLayer final : public CudaLayer {
     }});
   }
 
-  bool fused_;
+  // kernels/batch_norm.h on an NHWC value of `c` channels: the batch's statistics, then
+  // one affine pass (in inference, the running statistics' affine pass), which adds z
+  // and applies the relu where they are folded in.
+  void build_own_forward(int64_t c) {
+    // z as the add reads it: the plan's type, NHWC, computed before this layer (fusion.h)
+    if (add_ >= 0) z_ = &plan_.as(plan_.vals_.at(static_cast<size_t>(add_)), dtype(), true, fwd);
+    coef_ = plan_.alloc({4 * c});  // 3C in the forward pass, 4C in the backward one
+    if (training()) {
+      saved_mean_ = plan_.alloc({c});
+      saved_inv_var_ = plan_.alloc({c});
+      sums_ = plan_.alloc({2 * c}, DType::kF64);
+    }
+    with_type(dtype(), [&]<typename S, typename C>() {
+      fwd.push_back({[this, c] {
+        const float* coef = coef_.data_as<float>();
+        if (training()) {
+          const int64_t rows = in().numel() / c;
+          double* sums = sums_.data_as<double>();
+          zero(sums_, cstream());
+          kernels::channel_sums(cstream(), rows, c, kernels::BnStats<S, C>{in().cxs<S>(), c}, sums);
+          kernels::for_each(cstream(), c,
+                            kernels::BnForwardFinalize<S, C>{sums, in().cxs<S>(), plan_.param(spec_.params[0]),
+                                                             plan_.param(spec_.params[1]), plan_.state(spec_.states[0]),
+                                                             plan_.state(spec_.states[1]), saved_mean_.data_as<float>(),
+                                                             saved_inv_var_.data_as<float>(), coef_.data_as<float>(),
+                                                             rows, c, spec_.eps, spec_.momentum});
+        } else {
+          kernels::for_each(cstream(), c,
+                            kernels::BnInferenceFinalize{plan_.param(spec_.params[0]), plan_.param(spec_.params[1]),
+                                                         plan_.state(spec_.states[0]), plan_.state(spec_.states[1]),
+                                                         coef_.data_as<float>(), c, spec_.eps});
+        }
+        kernels::for_each(cstream(), out().numel(), kernels::BnAffine<S, C>{c, fused_}, out().xs<S>(), in().cxs<S>(),
+                          coef, z_ ? z_->cxs<S>() : nullptr);
+      }});
+    });
+  }
+
+  // The parameters' gradients (written) and, where the input and a folded add's z want
+  // theirs, those (written, or added to another consumer's). A folded relu's gradient is
+  // taken from its output, this layer's value.
+  void build_own_backward() {
+    const bool wanted = in().needs_grad;
+    const bool acc = wanted && plan_.grad_write(bwd, in());
+    const bool z_wanted = z_ && z_->needs_grad;
+    const bool z_acc = z_wanted && plan_.grad_write(bwd, *z_);
+    with_type(dtype(), [&]<typename S, typename C>() {
+      bwd.push_back({[this, wanted, acc, z_wanted, z_acc] {
+        const int64_t c = out().desc.dims[1], rows = in().numel() / c;
+        double* sums = sums_.data_as<double>();
+        const float* mean = saved_mean_.data_as<float>();
+        const S* y = fused_ ? out().cxs<S>() : nullptr;
+        zero(sums_, cstream());
+        kernels::channel_sums(cstream(), rows, c,
+                              kernels::BnGradStats<S, C>{in().cxs<S>(), out().cdxs<S>(), mean, c, y}, sums);
+        kernels::for_each(cstream(), c,
+                          kernels::BnBackwardFinalize{sums, plan_.param(spec_.params[0]), mean,
+                                                      saved_inv_var_.data_as<float>(), plan_.grad(spec_.params[0]),
+                                                      plan_.grad(spec_.params[1]), coef_.data_as<float>(), rows, c});
+        S* dx = wanted ? in().dxs<S>() : nullptr;
+        S* dz = z_wanted ? z_->dxs<S>() : nullptr;
+        if (dx || dz)
+          kernels::for_each(cstream(), in().numel(), kernels::BnBackwardData<S, C>{c, acc, z_acc}, dx, out().cdxs<S>(),
+                            in().cxs<S>(), static_cast<const float*>(coef_.data_as<float>()), y, dz);
+      }});
+    });
+    plan_.ready(bwd, spec_.params);
+    plan_.grad_done(bwd, out());
+  }
+
+  bool fused_;         // applies the relu after it (and the add before that, with add_)
   int add_;            // the layer whose value the fused form adds before its relu, or -1
-  DVal* z_ = nullptr;  // that value as it is read (f16 NHWC)
+  bool cudnn_fused_;   // ... through cuDNN's fused form
+  bool own_;           // an NHWC value outside that: kernels/batch_norm.h rather than cuDNN
+  DVal* z_ = nullptr;  // that value as it is read (in this layer's type, NHWC)
   TensorDesc bn_;
   ActDesc relu_;
   Tensor saved_mean_, saved_inv_var_, reserve_;
+  Tensor sums_, coef_;              // kernels/batch_norm.h's per-channel sums (f64) and coefficients
   Tensor dx_scratch_, dz_scratch_;  // the input's and z's gradients where they are not wanted as such
 };
 

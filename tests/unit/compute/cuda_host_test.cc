@@ -13,6 +13,7 @@
 #include "backend/math_policy.h"
 #include "core/status.h"
 #include "graph/graph.h"
+#include "kernels/batch_norm.h"
 #include "kernels/for_each.h"
 #include "kernels/layer_ops.h"
 #include "kernels/optim_update.h"
@@ -255,6 +256,132 @@ struct DropoutTest {
 };
 TEST(CudaFunctors, DropoutDrawsTheCpuBackendsMaskInEveryForm) { for_every_form<DropoutTest>(); }
 
+// The NHWC batch norm of kernels/batch_norm.h (the CUDA backend's, outside cuDNN's fused
+// f16 form) against the CPU backend's, one training step and one inference pass: the
+// output, the input's and the parameters' gradients, the running statistics; alone, with
+// the relu after it folded in, and with relu(bn(x) + x) folded in (z is the input, so
+// its gradient is the batch norm's input gradient plus z's). The values' mean is far
+// from zero (the shifted sums must not cancel), and γ, β and the running statistics
+// start away from 1, 0, 0 and 1.
+enum class Fold { kNone, kRelu, kAddRelu };
+template <typename S, typename C>
+struct BatchNormTest {
+  void operator()(bool nhwc, float tol) const {
+    if (!nhwc) return;  // NCHW values go through cuDNN
+    for (Fold fold : {Fold::kNone, Fold::kRelu, Fold::kAddRelu}) {
+      SCOPED_TRACE(fold == Fold::kNone ? "alone" : fold == Fold::kRelu ? "relu folded" : "add and relu folded");
+      run(fold, tol);
+    }
+  }
+
+  void run(Fold fold, float tol) const {
+    const int64_t n = 3, c = 5, h = 4, w = 7, hw = h * w, rows = n * hw, count = rows * c;
+    const float eps = 1e-3f, momentum = 0.3f;
+    Graph g({c, h, w});
+    const int bn = g.batch_norm(g.input(), "bn", eps, momentum);
+    if (fold == Fold::kRelu) g.relu(bn, "relu");
+    if (fold == Fold::kAddRelu) g.relu(g.add({bn, g.input()}, "add"), "relu");
+    const int out = g.num_layers() - 1;
+    g.materialize(1);
+    std::vector<float> gamma(c), beta(c), mean0(c), var0(c);
+    for (int64_t k = 0; k < c; ++k) {
+      gamma[k] = 0.5f + 0.25f * static_cast<float>(k);
+      beta[k] = 0.1f * static_cast<float>(k) - 0.2f;
+      mean0[k] = 0.05f * static_cast<float>(k);
+      var0[k] = 1.f + 0.5f * static_cast<float>(k);
+      g.params()[0].value.data_as<float>()[k] = gamma[k];
+      g.params()[1].value.data_as<float>()[k] = beta[k];
+      g.states()[0].value.data_as<float>()[k] = mean0[k];
+      g.states()[1].value.data_as<float>()[k] = var0[k];
+    }
+    std::vector<float> x = ramp(count), dy = ramp(count, 0.37f);
+    for (int64_t i = 0; i < count; ++i) x[static_cast<size_t>(i)] += 3.f + static_cast<float>(i / hw % c);
+    // The CPU reads the values as stored in S (f16 and bf16 round them), so that only the
+    // kernels' own rounding differs.
+    x = from_form<S, C>(to_form<S, C>(x, c, hw, false), c, hw, false);
+    dy = from_form<S, C>(to_form<S, C>(dy, c, hw, false), c, hw, false);
+    auto& train = g.plan(n, Layout::kNCHW, true, true);
+    train.forward(test::batch_view(x, g, n, Layout::kNCHW), {}, 5, {});
+    std::vector<float> cpu_y(x.size()), cpu_dx(x.size());
+    train.read(out, test::batch_view(cpu_y, g, n, Layout::kNCHW, out));
+    train.backward(test::batch_view(dy, g, n, Layout::kNCHW, out), [](int, const Event&) {}, {});
+    train.read_input_grad(test::batch_view(cpu_dx, g, n, Layout::kNCHW));
+    auto host = [](const Tensor& t) { return std::vector<float>(t.data_as<float>(), t.data_as<float>() + t.numel()); };
+    const std::vector<float> cpu_dgamma = host(g.params()[0].grad), cpu_dbeta = host(g.params()[1].grad);
+    const std::vector<float> cpu_mean = host(g.states()[0].value), cpu_var = host(g.states()[1].value);
+
+    const std::vector<S> xs = to_form<S, C>(x, c, hw, true), dys = to_form<S, C>(dy, c, hw, true);
+    const S* z = fold == Fold::kAddRelu ? xs.data() : nullptr;
+    std::vector<double> sums(static_cast<size_t>(2 * c), 0.0);
+    std::vector<float> coef(static_cast<size_t>(4 * c)), saved_mean(c), saved_inv(c), mean = mean0, var = var0;
+    std::vector<float> dgamma(c), dbeta(c);
+    std::vector<S> y(x.size()), dx(x.size()), dz(x.size());
+    kernels::host_channel_sums(1, rows, c, kernels::BnStats<S, C>{xs.data(), c}, sums.data());
+    kernels::host_for_each(
+        1, c,
+        kernels::BnForwardFinalize<S, C>{sums.data(), xs.data(), gamma.data(), beta.data(), mean.data(), var.data(),
+                                         saved_mean.data(), saved_inv.data(), coef.data(), rows, c, eps, momentum});
+    kernels::host_for_each(1, count, kernels::BnAffine<S, C>{c, fold != Fold::kNone}, y.data(), xs.data(),
+                           static_cast<const float*>(coef.data()), z);
+    // y + z reaches 10 (tolerances are for values ~2)
+    expect_near(from_form<S, C>(y, c, hw, true), cpu_y, z ? tol * 4 : tol, "batch norm forward");
+    expect_near(mean, cpu_mean, tol * 4, "running mean");
+    expect_near(var, cpu_var, tol * 4, "running variance");
+
+    const S* relu_out = fold == Fold::kNone ? nullptr : y.data();
+    std::fill(sums.begin(), sums.end(), 0.0);
+    kernels::host_channel_sums(
+        1, rows, c, kernels::BnGradStats<S, C>{xs.data(), dys.data(), saved_mean.data(), c, relu_out}, sums.data());
+    kernels::host_for_each(1, c,
+                           kernels::BnBackwardFinalize{sums.data(), gamma.data(), saved_mean.data(), saved_inv.data(),
+                                                       dgamma.data(), dbeta.data(), coef.data(), rows, c});
+    kernels::host_for_each(1, count, kernels::BnBackwardData<S, C>{c, false, false}, dx.data(), dys.data(), xs.data(),
+                           static_cast<const float*>(coef.data()), relu_out, z ? dz.data() : nullptr);
+    std::vector<float> input_grad = from_form<S, C>(dx, c, hw, true);
+    if (z) {
+      const std::vector<float> zg = from_form<S, C>(dz, c, hw, true);
+      for (size_t i = 0; i < input_grad.size(); ++i) input_grad[i] += zg[i];
+    }
+    expect_near(input_grad, cpu_dx, tol, "batch norm backward");
+    // sums over 84 rows of values ~2: their error grows with the count
+    expect_near(dgamma, cpu_dgamma, tol * 40, "scale gradient");
+    expect_near(dbeta, cpu_dbeta, tol * 40, "shift gradient");
+    // accumulate adds the same gradients to what is there (here, into one buffer)
+    std::vector<S> both = dx;
+    kernels::host_for_each(1, count, kernels::BnBackwardData<S, C>{c, true, true}, both.data(), dys.data(), xs.data(),
+                           static_cast<const float*>(coef.data()), relu_out, z ? both.data() : nullptr);
+    std::vector<float> expect = from_form<S, C>(dx, c, hw, true);
+    for (size_t i = 0; i < expect.size(); ++i) expect[i] += input_grad[i];
+    expect_near(from_form<S, C>(both, c, hw, true), expect, tol * 2, "accumulated backward");
+
+    // Inference: the running statistics this step left (a relu or add is its own layer there).
+    if (fold != Fold::kNone) return;
+    auto& infer = g.plan(n, Layout::kNCHW, false);
+    infer.forward(test::batch_view(x, g, n, Layout::kNCHW), {}, 6, {});
+    infer.read(out, test::batch_view(cpu_y, g, n, Layout::kNCHW, out));
+    kernels::host_for_each(
+        1, c, kernels::BnInferenceFinalize{gamma.data(), beta.data(), mean.data(), var.data(), coef.data(), c, eps});
+    kernels::host_for_each(1, count, kernels::BnAffine<S, C>{c}, y.data(), xs.data(),
+                           static_cast<const float*>(coef.data()), static_cast<const S*>(nullptr));
+    expect_near(from_form<S, C>(y, c, hw, true), cpu_y, tol, "batch norm inference");
+  }
+};
+TEST(CudaFunctors, NhwcBatchNormMatchesTheCpuBackendInEveryType) { for_every_form<BatchNormTest>(); }
+
+// Split across a host team, the channel sums count each channel once, as one thread does.
+TEST(CudaFunctors, ChannelSumsOnATeamAddEveryChannelOnce) {
+  const int64_t rows = 130, c = 300;  // c · kBnRowsPerThread units: enough for a team
+  ASSERT_GE(c * kernels::kBnRowsPerThread, kernels::kSerialBelow);
+  const std::vector<float> x = ramp(rows * c);
+  std::vector<double> one(static_cast<size_t>(2 * c), 1.0), team = one;
+  kernels::host_channel_sums(1, rows, c, kernels::BnStats<float, F32>{x.data(), c}, one.data());
+  kernels::host_channel_sums(2, rows, c, kernels::BnStats<float, F32>{x.data(), c}, team.data());
+  EXPECT_EQ(one, team);
+  double first = 1;  // channel 0: Σ (x − x[0]) over the rows, added to the 1 there
+  for (int64_t r = 0; r < rows; ++r) first += static_cast<double>(x[static_cast<size_t>(r * c)] - x[0]);
+  EXPECT_NEAR(one[0], first, 1e-3);
+}
+
 TEST(CudaFunctors, EveryActivationMatchesTheCpuBackend) {
   const int64_t n = 3, f = 100;
   struct Case {
@@ -373,7 +500,7 @@ TEST(CudaFunctors, TheLossRowsMatchTheCpuBackendsLossAndGradient) {
 
 // The CUDA plan folds a relu into the batch norm before it exactly where cuDNN's fused
 // form runs: f16 (NHWC) training, the relu the batch norm's only consumer, C % 4 == 0.
-TEST(CudaFusion, AReluFoldsIntoItsBatchNormOnlyWhereCudnnFusesThem) {
+TEST(CudaFusion, AReluFoldsIntoItsBatchNormWhereBothComputeNhwcImagesInTraining) {
   Graph g({8, 6, 6});
   const int conv = g.conv(g.input(), "conv", 8, ConvOptions{3, 3, 1, 1, 1, 1, false});
   const int bn1 = g.batch_norm(conv, "bn1");
@@ -382,12 +509,13 @@ TEST(CudaFusion, AReluFoldsIntoItsBatchNormOnlyWhereCudnnFusesThem) {
   const int relu2 = g.relu(bn2, "relu2");  // bn2 also feeds the add: no fusion
   const int sum = g.add({bn2, relu2}, "add");
   const int narrow = g.conv(sum, "narrow", 6, ConvOptions{1, 1, 1, 0, 1, 1, false});
-  const int relu3 = g.relu(g.batch_norm(narrow, "bn3"), "relu3");  // 6 channels: cuDNN needs a multiple of 4
+  const int bn3 = g.batch_norm(narrow, "bn3");
+  const int relu3 = g.relu(bn3, "relu3");  // 6 channels: kernels/batch_norm.h's fused form (cuDNN's needs 4k)
   g.relu(g.batch_norm(g.flatten(relu3, "flat"), "bn4"), "relu4");  // [N, F]: not an NHWC image
   const size_t n = g.spec().layers.size();
-  auto fused = [&](backend::Precision p, bool training) {
-    const backend::cuda::Fusion f =
-        backend::cuda::plan_fusion(g.spec(), backend::PlanOptions{.batch = 4, .training = training, .precision = p});
+  auto fused = [&](backend::Precision p, bool training, Layout layout = Layout::kNCHW) {
+    const backend::cuda::Fusion f = backend::cuda::plan_fusion(
+        g.spec(), backend::PlanOptions{.batch = 4, .layout = layout, .training = training, .precision = p});
     EXPECT_EQ(f.bn_relu.size(), n);
     EXPECT_EQ(f.bn_add.size(), n);
     EXPECT_EQ(f.folded.size(), n);
@@ -399,10 +527,12 @@ TEST(CudaFusion, AReluFoldsIntoItsBatchNormOnlyWhereCudnnFusesThem) {
     }
     return pairs;
   };
-  EXPECT_EQ(fused(backend::Precision::kF16, true), (std::vector<int>{bn1, relu1}));
-  EXPECT_TRUE(fused(backend::Precision::kF16, false).empty());  // inference: cuDNN's plain call
-  EXPECT_TRUE(fused(backend::Precision::kF32, true).empty());
-  EXPECT_TRUE(fused(backend::Precision::kBF16, true).empty());  // bf16 batch norm runs in f32
+  const std::vector<int> both{bn1, relu1, bn3, relu3};
+  EXPECT_EQ(fused(backend::Precision::kF16, true), both);  // reduced precision computes NHWC
+  EXPECT_EQ(fused(backend::Precision::kBF16, true), both);
+  EXPECT_EQ(fused(backend::Precision::kF32, true, Layout::kNHWC), both);
+  EXPECT_TRUE(fused(backend::Precision::kF32, true).empty());   // NCHW: cuDNN's batch norm, a relu of its own
+  EXPECT_TRUE(fused(backend::Precision::kF16, false).empty());  // inference: one affine pass, then the relu
 }
 
 // relu(bn(x) + z), a residual block's end, folds into the batch norm that is the add's
@@ -450,7 +580,12 @@ TEST(CudaFusion, AResidualAddAndReluFoldIntoTheLaterBatchNorm) {
   EXPECT_EQ(folded, 5);  // stem_relu, a_add, a_relu, b_add, b_relu
   const backend::cuda::Fusion f32 = backend::cuda::plan_fusion(
       g.spec(), backend::PlanOptions{.batch = 4, .training = true, .precision = backend::Precision::kF32});
-  for (int v : f32.folded) EXPECT_EQ(v, -1);
+  for (int v : f32.folded) EXPECT_EQ(v, -1);  // NCHW
+  const backend::cuda::Fusion f32_nhwc = backend::cuda::plan_fusion(
+      g.spec(), backend::PlanOptions{
+                    .batch = 4, .layout = Layout::kNHWC, .training = true, .precision = backend::Precision::kF32});
+  EXPECT_EQ(f32_nhwc.folded, f.folded);
+  EXPECT_EQ(f32_nhwc.bn_add, f.bn_add);
 }
 
 // A device as StepGraphs sees it: what a capture holds, what each launch replays. A

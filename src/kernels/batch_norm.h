@@ -1,0 +1,221 @@
+// Batch norm of values whose channels are innermost (NHWC images), written once for host
+// and device: the CUDA backend's batch norm for NHWC values outside cuDNN's fused f16
+// form, where cuDNN's own batch norm runs 50–100 times slower than memory allows. Rows
+// are the N·H·W positions and C the channels: element i is channel i % C of row i / C.
+//
+//   training forward   channel_sums(BnStats)      -> BnForwardFinalize per channel -> BnAffine
+//   inference forward                                BnInferenceFinalize            -> BnAffine
+//   backward           channel_sums(BnGradStats)  -> BnBackwardFinalize per channel -> BnBackwardData
+//
+// In training the relu after the batch norm, or the add and the relu of a residual
+// block's end (relu(bn(x) + z)), can fold into it: BnAffine adds z and applies the relu,
+// and the backward pass masks dy by the relu's output y (the relu's gradient, as
+// kernels::act_backward computes it), uses that for the batch norm and writes it as z's.
+//
+// The sums run in f32 within a thread over at most kBnRowsPerThread rows and in f64
+// across threads; the forward ones are shifted by the channel's value in row 0, so that
+// the variance E[(x − k)²] − E[x − k]² does not cancel when the mean is far from zero.
+// The running statistics follow `momentum` with the unbiased variance (cuDNN's and the
+// CPU backend's convention); the saved statistics are the mean and 1 / sqrt(var + eps).
+// Values are stored as S and computed in f32 through a codec C (kernels/reduce.h).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/for_each.h"
+#include "kernels/hd.h"
+#include "kernels/layer_ops.h"
+
+namespace cohort::kernels {
+
+// The most rows one thread adds up in f32 before its sum joins the f64 total.
+inline constexpr int64_t kBnRowsPerThread = 64;
+
+// What element (row, c) adds to its channel's two sums: x − x[row 0], and its square.
+template <typename S = float, typename C = F32>
+struct BnStats {
+  const S* x;
+  int64_t channels;
+  COHORT_HD void operator()(int64_t row, int64_t c, float& a, float& b) const {
+    const float v = C::load(x[row * channels + c]) - C::load(x[c]);
+    a = v;
+    b = v * v;
+  }
+};
+
+// The gradient reaching the batch norm at element i: dy, or with a folded relu of output
+// y, the relu's gradient.
+template <typename S, typename C>
+COHORT_HD float bn_grad_in(const S* dy, const S* y, int64_t i) {
+  const float g = C::load(dy[i]);
+  if (!y) return g;
+  const float out = C::load(y[i]);
+  return act_backward(Act::kRelu, 0.f, out, out, g);
+}
+
+// ... in the backward pass: g = bn_grad_in, and g·(x − mean).
+template <typename S = float, typename C = F32>
+struct BnGradStats {
+  const S* x;
+  const S* dy;
+  const float* mean;
+  int64_t channels;
+  const S* y = nullptr;  // the folded relu's output, or none
+  COHORT_HD void operator()(int64_t row, int64_t c, float& a, float& b) const {
+    const int64_t i = row * channels + c;
+    const float g = bn_grad_in<S, C>(dy, y, i);
+    a = g;
+    b = g * (C::load(x[i]) - mean[c]);
+  }
+};
+
+// Per channel c, from the sums: the batch's mean and 1 / sqrt(var + eps) (saved for the
+// backward pass), the running statistics, and coef = {γ·inv_std, mean, β} for BnAffine.
+template <typename S = float, typename C = F32>
+struct BnForwardFinalize {
+  const double* sums;  // [2C]: Σ(x − k), Σ(x − k)²
+  const S* x;          // row 0 holds the shift k
+  const float *gamma, *beta;
+  float *running_mean, *running_var, *saved_mean, *saved_inv_std;
+  float* coef;  // [3C]
+  int64_t rows, channels;
+  float eps, momentum;
+  COHORT_HD void operator()(int64_t c) const {
+    const double n = static_cast<double>(rows);
+    const double shifted = sums[c] / n;
+    const double d = sums[channels + c] / n - shifted * shifted;
+    const double var = d < 0 ? 0.0 : d;  // rounding can make it slightly negative; NaN stays NaN
+    const double mean = static_cast<double>(C::load(x[c])) + shifted;
+    const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
+    saved_mean[c] = static_cast<float>(mean);
+    saved_inv_std[c] = inv;
+    const double unbiased = rows > 1 ? var * n / (n - 1) : var;
+    running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
+    running_var[c] = static_cast<float>((1.0 - momentum) * running_var[c] + momentum * unbiased);
+    coef[c] = gamma[c] * inv;
+    coef[channels + c] = static_cast<float>(mean);
+    coef[2 * channels + c] = beta[c];
+  }
+};
+
+// Per channel c, in inference: coef = {γ / sqrt(running_var + eps), running_mean, β}.
+struct BnInferenceFinalize {
+  const float *gamma, *beta, *running_mean, *running_var;
+  float* coef;  // [3C]
+  int64_t channels;
+  float eps;
+  COHORT_HD void operator()(int64_t c) const {
+    coef[c] = static_cast<float>(gamma[c] / std::sqrt(static_cast<double>(running_var[c]) + eps));
+    coef[channels + c] = running_mean[c];
+    coef[2 * channels + c] = beta[c];
+  }
+};
+
+// y = (x − mean)·scale + β with coef = {scale, mean, β} per channel; with z, + z; with
+// relu, the relu of that.
+template <typename S = float, typename C = F32>
+struct BnAffine {
+  int64_t channels;
+  bool relu = false;
+  COHORT_HD void operator()(int64_t i, S* y, const S* x, const float* coef, const S* z) const {
+    const int64_t c = i % channels;
+    float v = (C::load(x[i]) - coef[channels + c]) * coef[c] + coef[2 * channels + c];
+    if (z) v += C::load(z[i]);
+    y[i] = C::store(relu ? act_forward(Act::kRelu, 0.f, v) : v);
+  }
+};
+
+// Per channel c, from the backward sums: the parameters' gradients (written, not added:
+// dγ = Σ dy·x̂, dβ = Σ dy) and coef = {k1, k2, k3, mean} for BnBackwardData, where
+// dx = γ·inv·(dy − Σdy / n − x̂·Σ(dy·x̂) / n) = k1·dy + k2·(x − mean) + k3.
+struct BnBackwardFinalize {
+  const double* sums;  // [2C]: Σ dy, Σ dy·(x − mean)
+  const float *gamma, *mean, *inv_std;
+  float *grad_gamma, *grad_beta;
+  float* coef;  // [4C]
+  int64_t rows, channels;
+  COHORT_HD void operator()(int64_t c) const {
+    const double n = static_cast<double>(rows), inv = inv_std[c], sdy = sums[c], sdxm = sums[channels + c];
+    grad_gamma[c] = static_cast<float>(sdxm * inv);
+    grad_beta[c] = static_cast<float>(sdy);
+    const double k1 = gamma[c] * inv;
+    coef[c] = static_cast<float>(k1);
+    coef[channels + c] = static_cast<float>(-k1 * inv * inv * sdxm / n);
+    coef[2 * channels + c] = static_cast<float>(-k1 * sdy / n);
+    coef[3 * channels + c] = mean[c];
+  }
+};
+
+// With g = bn_grad_in (dy, or the folded relu's gradient from its output y): dx (=, or
+// += with accumulate) k1·g + k2·(x − mean) + k3 with coef = {k1, k2, k3, mean}, where dx
+// is wanted; and z's gradient dz (=, or += with z_accumulate) g, where a folded add's z
+// wants one.
+template <typename S = float, typename C = F32>
+struct BnBackwardData {
+  int64_t channels;
+  bool accumulate;
+  bool z_accumulate = false;
+  COHORT_HD void operator()(int64_t i, S* dx, const S* dy, const S* x, const float* coef, const S* y, S* dz) const {
+    const float g = bn_grad_in<S, C>(dy, y, i);
+    if (dx) {
+      const int64_t c = i % channels;
+      store<S, C>(dx + i,
+                  coef[c] * g + coef[channels + c] * (C::load(x[i]) - coef[3 * channels + c]) + coef[2 * channels + c],
+                  accumulate);
+    }
+    if (dz) store<S, C>(dz + i, g, z_accumulate);
+  }
+};
+
+namespace cuda {
+// Defined in src/kernels/cuda/batch_norm_kernels.cu for the maps above.
+template <typename Map>
+void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, double* sums);
+}  // namespace cuda
+
+// sums[c] += Σ_rows a and sums[C + c] += Σ_rows b of map(row, c, a, b), for every channel
+// c, on a host team of `threads` (channels split across it; rows summed as the device
+// does: f32 over kBnRowsPerThread rows, f64 across).
+template <typename Map>
+void host_channel_sums(int threads, int64_t rows, int64_t channels, const Map& map, double* sums) {
+  parallel_chunks(threads, channels * kBnRowsPerThread, [&](int64_t lo, int64_t hi) {
+    // [lo, hi) counts kBnRowsPerThread units per channel: channel c is this chunk's if its
+    // first unit c·kBnRowsPerThread is
+    const int64_t first = (lo + kBnRowsPerThread - 1) / kBnRowsPerThread;
+    for (int64_t c = first; c < (hi + kBnRowsPerThread - 1) / kBnRowsPerThread; ++c) {
+      double ta = 0, tb = 0;
+      for (int64_t r0 = 0; r0 < rows; r0 += kBnRowsPerThread) {
+        float pa = 0, pb = 0;
+        for (int64_t r = r0; r < std::min(rows, r0 + kBnRowsPerThread); ++r) {
+          float a, b;
+          map(r, c, a, b);
+          pa += a;
+          pb += b;
+        }
+        ta += pa;
+        tb += pb;
+      }
+      sums[c] += ta;
+      sums[channels + c] += tb;
+    }
+  });
+}
+
+// host_channel_sums' work, ordered on `stream`; `sums` lives on the stream's device.
+template <typename Map>
+void channel_sums(const Stream& stream, int64_t rows, int64_t channels, const Map& map, double* sums) {
+  if (rows <= 0 || channels <= 0) return;
+  if (stream.device().kind == Device::Kind::kCuda) {
+#if COHORT_HAVE_CUDA
+    cuda::launch_channel_sums(stream.native(), rows, channels, map, sums);
+    return;
+#else
+    no_cuda_kernels();
+#endif
+  }
+  host_channel_sums(stream.threads(), rows, channels, map, sums);
+}
+
+}  // namespace cohort::kernels

@@ -1,0 +1,75 @@
+// The channel sums of kernels/batch_norm.h on the GPU, and the launches of its functors
+// for each storage type an NHWC value can have (f32, f16, bf16).
+#include "kernels/batch_norm.h"
+#include "kernels/cuda/launch.cuh"
+
+namespace cohort::kernels::cuda {
+namespace {
+
+// A block covers 32 channels (a warp reads 32 neighbouring values of a row) and a run of
+// rows, read by 8 row lanes; each thread sums at most kBnRowsPerThread rows in f32, and
+// lane 0 adds the block's sums of its channel to the f64 totals.
+constexpr int kLanes = 32, kRowLanes = 8;
+
+template <typename Map>
+__global__ void channel_sums_kernel(int64_t rows, int64_t channels, int64_t rows_per_block, Map map, double* sums) {
+  __shared__ float pa[kRowLanes][kLanes + 1], pb[kRowLanes][kLanes + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kLanes + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
+  const int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+  float a = 0.f, b = 0.f;
+  if (c < channels)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
+      float u, v;
+      map(r, c, u, v);
+      a += u;
+      b += v;
+    }
+  pa[threadIdx.y][threadIdx.x] = a;
+  pb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < channels) {
+    double ta = 0, tb = 0;
+    for (int k = 0; k < kRowLanes; ++k) {
+      ta += pa[k][threadIdx.x];
+      tb += pb[k][threadIdx.x];
+    }
+    atomicAdd(sums + c, ta);
+    atomicAdd(sums + channels + c, tb);
+  }
+}
+
+}  // namespace
+
+template <typename Map>
+void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, double* sums) {
+  constexpr int64_t kMaxGridY = 65535;
+  int64_t rows_per_block = kRowLanes * kBnRowsPerThread;
+  const int64_t grid_y = (rows + rows_per_block - 1) / rows_per_block;
+  if (grid_y > kMaxGridY) {  // more rows per thread than kBnRowsPerThread: still summed, in longer runs
+    rows_per_block = ((rows + kMaxGridY - 1) / kMaxGridY + kRowLanes - 1) / kRowLanes * kRowLanes;
+  }
+  const dim3 grid(static_cast<unsigned>((channels + kLanes - 1) / kLanes),
+                  static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
+  const dim3 block(kLanes, kRowLanes);
+  channel_sums_kernel<<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(rows, channels, rows_per_block, map, sums);
+  check_launch("a batch-norm channel-sums kernel");
+}
+
+#define COHORT_BN_KERNELS(S, C)                                                                              \
+  template void launch_channel_sums<BnStats<S, C>>(void*, int64_t, int64_t, BnStats<S, C>, double*);         \
+  template void launch_channel_sums<BnGradStats<S, C>>(void*, int64_t, int64_t, BnGradStats<S, C>, double*); \
+  template void launch_for_each<BnForwardFinalize<S, C>>(void*, int64_t, BnForwardFinalize<S, C>);           \
+  template void launch_for_each<BnAffine<S, C>, S*, const S*, const float*, const S*>(                       \
+      void*, int64_t, BnAffine<S, C>, S*, const S*, const float*, const S*);                                 \
+  template void launch_for_each<BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*>(   \
+      void*, int64_t, BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*);
+
+COHORT_BN_KERNELS(float, F32)
+COHORT_BN_KERNELS(uint16_t, F16Codec)
+COHORT_BN_KERNELS(uint16_t, BF16Codec)
+
+template void launch_for_each<BnInferenceFinalize>(void*, int64_t, BnInferenceFinalize);
+template void launch_for_each<BnBackwardFinalize>(void*, int64_t, BnBackwardFinalize);
+
+}  // namespace cohort::kernels::cuda
