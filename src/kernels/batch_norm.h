@@ -33,6 +33,13 @@ namespace cohort::kernels {
 // The most rows one thread adds up in f32 before its sum joins the f64 total.
 inline constexpr int64_t kBnRowsPerThread = 64;
 
+// Element i's channel, i % channels, in 32 bits where i fits: a GPU divides int64 in a
+// long instruction sequence, which an element-wise pass over f16 values would wait on.
+COHORT_HD int64_t channel_of(int64_t i, int64_t channels) {
+  if (i < (int64_t{1} << 32)) return static_cast<int64_t>(static_cast<uint32_t>(i) % static_cast<uint32_t>(channels));
+  return i % channels;
+}
+
 // What element (row, c) adds to its channel's two sums: x − x[row 0], and its square.
 template <typename S = float, typename C = F32>
 struct BnStats {
@@ -120,7 +127,7 @@ struct BnAffine {
   int64_t channels;
   bool relu = false;
   COHORT_HD void operator()(int64_t i, S* y, const S* x, const float* coef, const S* z) const {
-    const int64_t c = i % channels;
+    const int64_t c = channel_of(i, channels);
     float v = (C::load(x[i]) - coef[channels + c]) * coef[c] + coef[2 * channels + c];
     if (z) v += C::load(z[i]);
     y[i] = C::store(relu ? act_forward(Act::kRelu, 0.f, v) : v);
@@ -160,7 +167,7 @@ struct BnBackwardData {
   COHORT_HD void operator()(int64_t i, S* dx, const S* dy, const S* x, const float* coef, const S* y, S* dz) const {
     const float g = bn_grad_in<S, C>(dy, y, i);
     if (dx) {
-      const int64_t c = i % channels;
+      const int64_t c = channel_of(i, channels);
       store<S, C>(dx + i,
                   coef[c] * g + coef[channels + c] * (C::load(x[i]) - coef[3 * channels + c]) + coef[2 * channels + c],
                   accumulate);

@@ -17,37 +17,53 @@ struct PoolGeometry {
   int64_t n, c, ih, iw, oh, ow;
   int kh, kw, sh, sw, ph, pw;
   bool nhwc = false;
+  // Whether every index of the input and the output fits 32 bits: the functors then do
+  // their index arithmetic in int32, whose division a GPU runs several times faster than
+  // int64's (a pooling kernel is bound by it, not by memory).
+  COHORT_HD bool fits_int32() const {
+    const int64_t pixels = ih * iw > oh * ow ? ih * iw : oh * ow;
+    return n * c * pixels < (int64_t{1} << 31);
+  }
   // Index of (n, c, y, x) in a value of `h` × `w` pixels.
-  COHORT_HD int64_t at(int64_t b, int64_t ch, int64_t y, int64_t x, int64_t h, int64_t w) const {
-    return nhwc ? ((b * h + y) * w + x) * c + ch : ((b * c + ch) * h + y) * w + x;
+  template <typename I>
+  COHORT_HD I at(I b, I ch, I y, I x, I h, I w) const {
+    const I cc = static_cast<I>(c);
+    return nhwc ? ((b * h + y) * w + x) * cc + ch : ((b * cc + ch) * h + y) * w + x;
   }
   // (n, c, y, x) of index i in a value of `h` × `w` pixels.
-  COHORT_HD void coords(int64_t i, int64_t h, int64_t w, int64_t& b, int64_t& ch, int64_t& y, int64_t& x) const {
+  template <typename I>
+  COHORT_HD void coords(I i, I h, I w, I& b, I& ch, I& y, I& x) const {
+    const I cc = static_cast<I>(c);
     if (nhwc) {
-      ch = i % c;
-      x = (i / c) % w;
-      y = (i / (c * w)) % h;
-      b = i / (c * w * h);
+      const I pixel = i / cc;
+      ch = i - pixel * cc;
+      const I row = pixel / w;
+      x = pixel - row * w;
+      b = row / h;
+      y = row - b * h;
     } else {
-      x = i % w;
-      y = (i / w) % h;
-      ch = (i / (w * h)) % c;
-      b = i / (w * h * c);
+      const I plane = i / w;
+      x = i - plane * w;
+      const I rows = plane / h;
+      y = plane - rows * h;
+      b = rows / cc;
+      ch = rows - b * cc;
     }
   }
 };
 
 // The input rows [h0, h1) and columns [w0, w1) of output (oy, ox), clipped to the input.
-COHORT_HD void pool_window(const PoolGeometry& g, int64_t oy, int64_t ox, int64_t& h0, int64_t& h1, int64_t& w0,
-                           int64_t& w1) {
+template <typename I>
+COHORT_HD void pool_window(const PoolGeometry& g, I oy, I ox, I& h0, I& h1, I& w0, I& w1) {
+  const I ih = static_cast<I>(g.ih), iw = static_cast<I>(g.iw);
   h0 = oy * g.sh - g.ph;
   w0 = ox * g.sw - g.pw;
   h1 = h0 + g.kh;
   w1 = w0 + g.kw;
   h0 = h0 < 0 ? 0 : h0;
   w0 = w0 < 0 ? 0 : w0;
-  h1 = h1 > g.ih ? g.ih : h1;
-  w1 = w1 > g.iw ? g.iw : w1;
+  h1 = h1 > ih ? ih : h1;
+  w1 = w1 > iw ? iw : w1;
 }
 
 // Element i indexes the output. Max pooling also records, in arg[i], which input pixel
@@ -58,23 +74,31 @@ struct PoolForward {
   PoolGeometry g;
   bool max;
   COHORT_HD void operator()(int64_t i, S* y, const S* x, int32_t* arg) const {
-    int64_t b, ch, oy, ox;
-    g.coords(i, g.oh, g.ow, b, ch, oy, ox);
-    int64_t h0, h1, w0, w1;
-    pool_window(g, oy, ox, h0, h1, w0, w1);
+    if (g.fits_int32())
+      run<int32_t>(static_cast<int32_t>(i), y, x, arg);
+    else
+      run<int64_t>(i, y, x, arg);
+  }
+  template <typename I>
+  COHORT_HD void run(I i, S* y, const S* x, int32_t* arg) const {
+    const I ih = static_cast<I>(g.ih), iw = static_cast<I>(g.iw);
+    I b, ch, oy, ox;
+    g.coords<I>(i, static_cast<I>(g.oh), static_cast<I>(g.ow), b, ch, oy, ox);
+    I h0, h1, w0, w1;
+    pool_window<I>(g, oy, ox, h0, h1, w0, w1);
     float acc = max ? -3.402823466e38f : 0.f;
-    int64_t at = h0 * g.iw + w0;
-    for (int64_t h = h0; h < h1; ++h)
-      for (int64_t w = w0; w < w1; ++w) {
-        const float v = C::load(x[g.at(b, ch, h, w, g.ih, g.iw)]);
+    I at = h0 * iw + w0;
+    for (I h = h0; h < h1; ++h)
+      for (I w = w0; w < w1; ++w) {
+        const float v = C::load(x[g.at<I>(b, ch, h, w, ih, iw)]);
         if (!max) {
           acc += v;
         } else if (v > acc) {
           acc = v;
-          at = h * g.iw + w;
+          at = h * iw + w;
         }
       }
-    const int64_t count = (h1 - h0) * (w1 - w0);
+    const I count = (h1 - h0) * (w1 - w0);
     if (max && arg) arg[i] = static_cast<int32_t>(at);
     y[i] = C::store(max ? acc : (count > 0 ? acc / static_cast<float>(count) : 0.f));
   }
@@ -88,21 +112,29 @@ struct PoolBackward {
   bool max;
   bool accumulate;
   COHORT_HD void operator()(int64_t i, S* dx, const S* dy, const int32_t* arg) const {
-    int64_t b, ch, ih_, iw_;
-    g.coords(i, g.ih, g.iw, b, ch, ih_, iw_);
+    if (g.fits_int32())
+      run<int32_t>(static_cast<int32_t>(i), dx, dy, arg);
+    else
+      run<int64_t>(i, dx, dy, arg);
+  }
+  template <typename I>
+  COHORT_HD void run(I i, S* dx, const S* dy, const int32_t* arg) const {
+    const I ih = static_cast<I>(g.ih), iw = static_cast<I>(g.iw), oh = static_cast<I>(g.oh), ow = static_cast<I>(g.ow);
+    I b, ch, ih_, iw_;
+    g.coords<I>(i, ih, iw, b, ch, ih_, iw_);
     // The outputs whose window covers (ih_, iw_).
-    int64_t oy0 = (ih_ + g.ph - g.kh + g.sh) / g.sh, ox0 = (iw_ + g.pw - g.kw + g.sw) / g.sw;
+    I oy0 = (ih_ + g.ph - g.kh + g.sh) / g.sh, ox0 = (iw_ + g.pw - g.kw + g.sw) / g.sw;
     if (ih_ + g.ph - g.kh + 1 <= 0) oy0 = 0;
     if (iw_ + g.pw - g.kw + 1 <= 0) ox0 = 0;
-    const int64_t oy1 = (ih_ + g.ph) / g.sh + 1, ox1 = (iw_ + g.pw) / g.sw + 1;
-    const int32_t self = static_cast<int32_t>(ih_ * g.iw + iw_);
+    const I oy1 = (ih_ + g.ph) / g.sh + 1, ox1 = (iw_ + g.pw) / g.sw + 1;
+    const int32_t self = static_cast<int32_t>(ih_ * iw + iw_);
     float sum = 0.f;
-    for (int64_t oy = oy0; oy < oy1 && oy < g.oh; ++oy)
-      for (int64_t ox = ox0; ox < ox1 && ox < g.ow; ++ox) {
-        int64_t h0, h1, w0, w1;
-        pool_window(g, oy, ox, h0, h1, w0, w1);
+    for (I oy = oy0; oy < oy1 && oy < oh; ++oy)
+      for (I ox = ox0; ox < ox1 && ox < ow; ++ox) {
+        I h0, h1, w0, w1;
+        pool_window<I>(g, oy, ox, h0, h1, w0, w1);
         if (ih_ < h0 || ih_ >= h1 || iw_ < w0 || iw_ >= w1) continue;
-        const int64_t o = g.at(b, ch, oy, ox, g.oh, g.ow);
+        const I o = g.at<I>(b, ch, oy, ox, oh, ow);
         if (!max)
           sum += C::load(dy[o]) / static_cast<float>((h1 - h0) * (w1 - w0));
         else if (arg[o] == self)

@@ -210,6 +210,39 @@ struct PoolTest {
 };
 TEST(CudaFunctors, CeilModePoolingMatchesTheCpuBackendInEveryForm) { for_every_form<PoolTest>(); }
 
+// The pooling functors index in int32 where every index fits (fits_int32) and in int64
+// otherwise: both give the same values, argmaxes and gradients.
+TEST(CudaFunctors, PoolingIndexesAlikeIn32And64Bits) {
+  const int64_t n = 2, c = 3, h = 9, w = 8;
+  for (bool nhwc : {false, true})
+    for (bool max : {true, false}) {
+      SCOPED_TRACE(std::string(nhwc ? "NHWC" : "NCHW") + (max ? " max" : " avg"));
+      const kernels::PoolGeometry geo{n, c, h, w, 5, 4, 3, 3, 2, 2, 1, 0, nhwc};
+      ASSERT_TRUE(geo.fits_int32());
+      const std::vector<float> x = ramp(n * c * h * w), dy = ramp(n * c * 5 * 4, 0.3f);
+      const kernels::PoolForward<float, F32> fwd{geo, max};
+      const kernels::PoolBackward<float, F32> bwd{geo, max, false};
+      std::vector<float> y32(dy.size()), y64(dy.size()), dx32(x.size()), dx64(x.size());
+      std::vector<int32_t> arg32(dy.size(), -1), arg64(dy.size(), -1);
+      for (int64_t i = 0; i < static_cast<int64_t>(dy.size()); ++i) {
+        fwd.run<int32_t>(static_cast<int32_t>(i), y32.data(), x.data(), max ? arg32.data() : nullptr);
+        fwd.run<int64_t>(i, y64.data(), x.data(), max ? arg64.data() : nullptr);
+      }
+      EXPECT_EQ(y32, y64);
+      EXPECT_EQ(arg32, arg64);
+      for (int64_t i = 0; i < static_cast<int64_t>(x.size()); ++i) {
+        bwd.run<int32_t>(static_cast<int32_t>(i), dx32.data(), dy.data(), arg32.data());
+        bwd.run<int64_t>(i, dx64.data(), dy.data(), arg64.data());
+      }
+      EXPECT_EQ(dx32, dx64);
+    }
+  // 2^31 indexes or more: int64
+  EXPECT_TRUE((kernels::PoolGeometry{1, 1, 46340, 46340, 1, 1, 1, 1, 1, 1, 0, 0}.fits_int32()));   // 2147395600
+  EXPECT_FALSE((kernels::PoolGeometry{2, 1, 32768, 32768, 1, 1, 1, 1, 1, 1, 0, 0}.fits_int32()));  // 2^31
+  // ResNet-50's max pooling at batch 256: 205,520,896 input indexes
+  EXPECT_TRUE((kernels::PoolGeometry{256, 64, 112, 112, 56, 56, 3, 3, 2, 2, 1, 1}.fits_int32()));
+}
+
 template <typename S, typename C>
 struct ShortcutTest {
   void operator()(bool nhwc, float tol) const {
@@ -382,6 +415,12 @@ struct BatchNormTest {
   }
 };
 TEST(CudaFunctors, NhwcBatchNormMatchesTheCpuBackendInEveryType) { for_every_form<BatchNormTest>(); }
+
+// A channel in 32 bits below 2^32 and in 64 above, the same either way.
+TEST(CudaFunctors, ChannelOfAnElementInEitherWidth) {
+  for (int64_t i : {int64_t{0}, int64_t{63}, (int64_t{1} << 32) - 1, int64_t{1} << 32, (int64_t{1} << 33) + 5})
+    for (int64_t c : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{2048}}) EXPECT_EQ(kernels::channel_of(i, c), i % c);
+}
 
 // Split across a host team, the channel sums count each channel once, as one thread does.
 TEST(CudaFunctors, ChannelSumsOnATeamAddEveryChannelOnce) {
