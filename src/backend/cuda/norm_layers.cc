@@ -33,7 +33,9 @@ class BatchNormLayer final : public CudaLayer {
   }
 
   void build_forward() override {
-    require(spec_.eps >= CUDNN_BN_MIN_EPSILON, "layer '", spec_.name, "': cuDNN needs eps >= ", CUDNN_BN_MIN_EPSILON);
+    // (kernels/batch_norm.h takes any eps the graph accepts; cuDNN has a floor)
+    require(own_ || spec_.eps >= CUDNN_BN_MIN_EPSILON, "layer '", spec_.name,
+            "': cuDNN's batch norm needs eps >= ", CUDNN_BN_MIN_EPSILON, ", got ", spec_.eps);
     alloc_out();
     const int64_t c = out().desc.dims[1];
     const int64_t per_channel = out().numel() / std::max<int64_t>(c, 1);
