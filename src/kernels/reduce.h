@@ -61,49 +61,67 @@ inline void combine_loop(S* inout, const S* in, size_t n, Fn fn) {
   for (size_t i = 0; i < n; ++i) inout[i] = C::store(fn(C::load(inout[i]), C::load(in[i])));
 }
 
+// out[i] = fn(a[i], b[i]); out == a runs combine_loop (whose aliasing the compiler
+// knows, so it vectorizes without a run-time overlap check).
+template <typename S, typename C, typename Fn>
+inline void combine_to_loop(S* out, const S* a, const S* b, size_t n, Fn fn) {
+  if (out == a) return combine_loop<S, C>(out, b, n, fn);
+  for (size_t i = 0; i < n; ++i) out[i] = C::store(fn(C::load(a[i]), C::load(b[i])));
+}
+
 template <typename S, typename C>
-inline void combine_op(S* inout, const S* in, size_t n, Reduce op) {
+inline void combine_op(S* out, const S* a, const S* b, size_t n, Reduce op) {
   switch (op) {
     case Reduce::kSum:
-      combine_loop<S, C>(inout, in, n, SumFn{});
+      combine_to_loop<S, C>(out, a, b, n, SumFn{});
       break;
     case Reduce::kMin:
-      combine_loop<S, C>(inout, in, n, MinFn{});
+      combine_to_loop<S, C>(out, a, b, n, MinFn{});
       break;
     case Reduce::kMax:
-      combine_loop<S, C>(inout, in, n, MaxFn{});
+      combine_to_loop<S, C>(out, a, b, n, MaxFn{});
       break;
     case Reduce::kProd:
-      combine_loop<S, C>(inout, in, n, ProdFn{});
+      combine_to_loop<S, C>(out, a, b, n, ProdFn{});
+      break;
+  }
+}
+
+template <typename S, typename C>
+inline void combine_op(void* out, const void* a, const void* b, size_t n, Reduce op) {
+  combine_op<S, C>(static_cast<S*>(out), static_cast<const S*>(a), static_cast<const S*>(b), n, op);
+}
+
+// out = op(a, b) elementwise for n elements of dtype t (host memory); out may be a.
+inline void combine_to(void* out, const void* a, const void* b, size_t n, DType t, Reduce op) {
+  switch (t) {
+    case DType::kF32:
+      combine_op<float, PlainCodec<float>>(out, a, b, n, op);
+      break;
+    case DType::kF64:
+      combine_op<double, PlainCodec<double>>(out, a, b, n, op);
+      break;
+    case DType::kI32:
+      combine_op<int32_t, PlainCodec<int32_t>>(out, a, b, n, op);
+      break;
+    case DType::kI64:
+      combine_op<int64_t, PlainCodec<int64_t>>(out, a, b, n, op);
+      break;
+    case DType::kU8:
+      combine_op<uint8_t, PlainCodec<uint8_t>>(out, a, b, n, op);
+      break;
+    case DType::kF16:
+      combine_op<uint16_t, F16Codec>(out, a, b, n, op);
+      break;
+    case DType::kBF16:
+      combine_op<uint16_t, BF16Codec>(out, a, b, n, op);
       break;
   }
 }
 
 // inout = op(inout, in) elementwise for n elements of dtype t (host memory).
 inline void combine(void* inout, const void* in, size_t n, DType t, Reduce op) {
-  switch (t) {
-    case DType::kF32:
-      combine_op<float, PlainCodec<float>>(static_cast<float*>(inout), static_cast<const float*>(in), n, op);
-      break;
-    case DType::kF64:
-      combine_op<double, PlainCodec<double>>(static_cast<double*>(inout), static_cast<const double*>(in), n, op);
-      break;
-    case DType::kI32:
-      combine_op<int32_t, PlainCodec<int32_t>>(static_cast<int32_t*>(inout), static_cast<const int32_t*>(in), n, op);
-      break;
-    case DType::kI64:
-      combine_op<int64_t, PlainCodec<int64_t>>(static_cast<int64_t*>(inout), static_cast<const int64_t*>(in), n, op);
-      break;
-    case DType::kU8:
-      combine_op<uint8_t, PlainCodec<uint8_t>>(static_cast<uint8_t*>(inout), static_cast<const uint8_t*>(in), n, op);
-      break;
-    case DType::kF16:
-      combine_op<uint16_t, F16Codec>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
-      break;
-    case DType::kBF16:
-      combine_op<uint16_t, BF16Codec>(static_cast<uint16_t*>(inout), static_cast<const uint16_t*>(in), n, op);
-      break;
-  }
+  combine_to(inout, inout, in, n, t, op);
 }
 
 // One element times `factor`, as scale() applies it; the CUDA kernels of the NCCL

@@ -157,7 +157,8 @@ void ShmAllreduce::piece(const char* in, char* out, size_t n, size_t esize, DTyp
   publish(kFilled, k);
 
   // B: reduce my segment (my data, then the others' in rank order), in place in the
-  // buffer; out of place in my slot, which is in the cache, and from there into `out`.
+  // buffer; out of place in my slot, which is in the cache (the first combination reads
+  // `in` and the first peer's slot and writes mine), and from there into `out`.
   // Out of place, `out` is only ever written, with non-temporal stores: a plain store
   // would first read each line of `out` from memory, a third more traffic than in place.
   wait_all(kFilled, k);
@@ -165,9 +166,14 @@ void ShmAllreduce::piece(const char* in, char* out, size_t n, size_t esize, DTyp
   const size_t len = mine.end - mine.begin;
   if (len) {
     char* acc = in_place ? out + mine.begin * esize : reinterpret_cast<char*>(published) + mine.begin * esize;
-    if (!in_place) copy_bytes(acc, in + mine.begin * esize, len * esize);
-    for (int q = 0; q < size(); ++q)
-      if (q != rank_) kernels::combine(acc, slot(q, k) + mine.begin * esize, len, t, op);
+    // Out of place, the first combination reads `in` and writes the slot in one pass.
+    const char* first = in + mine.begin * esize;
+    for (int q = 0; q < size(); ++q) {
+      if (q == rank_) continue;
+      kernels::combine_to(acc, first, slot(q, k) + mine.begin * esize, len, t, op);
+      first = acc;
+    }
+    if (first != acc) copy_bytes(acc, first, len * esize);  // one rank, out of place
     if (across) across(acc, len);
     if (in_place)
       copy_bytes(published + mine.begin * esize, acc, len * esize);

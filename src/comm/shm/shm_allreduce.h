@@ -68,10 +68,12 @@ class ShmAllreduce {
   // Out of place: `out` receives the reduction of every rank's `in` (in == out is in
   // place), with no more memory traffic than in place: `in` is read where the in-place
   // call reads the buffer, and `out` is only written, with non-temporal stores (a plain
-  // store reads each line first); the reduction is made in this rank's slot. Measured
-  // here, that leaves out of place slower than in place all the same (about 0.65x at
-  // 64-256 MiB on 2 ranks): the in-place call's writes are write-backs of lines in the
-  // cache, which the core does not wait for.
+  // store reads each line first); the reduction is made in this rank's slot, its first
+  // combination reading `in` directly. Out of place is slower than in place all the same
+  // (0.65-0.75x at 64-256 MiB on 2 ranks of a Zen 4 VM): the in-place call's writes are
+  // write-backs of lines in the cache, which overlap its reads, while the core itself
+  // pushes every non-temporal line (timed per phase: the two streaming passes took 17 ms
+  // of a 256 MiB call's 45, the in-place call's two copies into the cache 7 of 32).
   void allreduce(const void* in, void* out, size_t count, DType t, kernels::Reduce op, const AcrossNodes& across = {});
   // words = the AND of every rank's words (the engine's negotiation flags and cache
   // bits), in one piece; needs words_fit(words.size()). Same calling rules as allreduce.

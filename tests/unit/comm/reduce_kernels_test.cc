@@ -49,6 +49,20 @@ TEST(ReduceKernels, CombineEveryOpOnF16) {
   EXPECT_EQ(run(Reduce::kProd), (std::vector<float>{3.0f, -6.0f}));
 }
 
+TEST(ReduceKernels, CombineToWritesAThirdBufferAndLeavesItsInputs) {
+  std::vector<float> a = {1.0f, -2.0f, 4.0f}, b = {0.5f, 3.0f, -8.0f}, out(4, 99.0f);
+  combine_to(out.data(), a.data(), b.data(), 3, DType::kF32, Reduce::kSum);
+  EXPECT_EQ(out, (std::vector<float>{1.5f, 1.0f, -4.0f, 99.0f}));  // the element past n untouched
+  EXPECT_EQ(a, (std::vector<float>{1.0f, -2.0f, 4.0f}));
+  combine_to(out.data(), a.data(), b.data(), 3, DType::kF32, Reduce::kMax);
+  EXPECT_EQ(out, (std::vector<float>{1.0f, 3.0f, 4.0f, 99.0f}));
+  std::vector<uint16_t> ha = {float_to_bf16(1.5f)}, hb = {float_to_bf16(2.0f)}, hout = {0};
+  combine_to(hout.data(), ha.data(), hb.data(), 1, DType::kBF16, Reduce::kProd);
+  EXPECT_EQ(bf16_to_float(hout[0]), 3.0f);
+  combine_to(a.data(), a.data(), b.data(), 3, DType::kF32, Reduce::kMin);  // out == a: in place
+  EXPECT_EQ(a, (std::vector<float>{0.5f, -2.0f, -8.0f}));
+}
+
 TEST(ReduceKernels, ScaleTruncatesIntegers) {
   std::vector<int32_t> v = {7, -7, 8};
   scale(v.data(), v.size(), DType::kI32, 0.5);

@@ -139,7 +139,7 @@ TEST(ShmAllreduce, OutOfPlaceFillsTheOutputAndLeavesTheInputAlone) {
   }
 }
 
-TEST(ShmAllreduce, ResultsAreBitIdenticalOnEveryRank) {
+TEST(ShmAllreduce, ResultsAreBitIdenticalOnEveryRankInPlaceOrNot) {
   const int n = 3;
   const size_t count = 10007;  // 3 pieces of 4 KiB, none divisible by 3
   std::vector<std::vector<float>> out(n);
@@ -148,7 +148,11 @@ TEST(ShmAllreduce, ResultsAreBitIdenticalOnEveryRank) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     std::vector<float> v(count);
     for (float& x : v) x = dist(rng) * 1e3f;  // sums round differently in different orders
+    std::vector<float> apart(count);
+    shm.allreduce(v.data(), apart.data(), count, DType::kF32, Reduce::kSum);
     shm.allreduce(v.data(), count, DType::kF32, Reduce::kSum);
+    // Out of place combines in the same order as in place.
+    EXPECT_EQ(std::memcmp(apart.data(), v.data(), count * sizeof(float)), 0) << "rank " << rank;
     out[static_cast<size_t>(rank)] = v;
   });
   for (int q = 1; q < n; ++q)
