@@ -14,6 +14,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
+#include <tuple>
+#include <type_traits>
+#include <vector>
 
 #include "core/status.h"
 #include "tensor/device.h"
@@ -91,6 +95,23 @@ void parallel_chunks(int threads, int64_t n, const Fn& fn) {
 #endif
 }
 
+// One tensor's share of for_each_list: f(i, args...) for i in [0, n). The arguments
+// are pointers (a CUDA launch carries them in its parameters).
+template <typename F, typename... Args>
+struct ForEachItem {
+  static_assert(sizeof...(Args) > 0 && (std::is_pointer_v<Args> && ...), "list arguments are pointers");
+  int64_t n;
+  F f;
+  std::tuple<Args...> args;
+};
+
+// One tensor's share of reduce_list_into: map(i) for i in [0, n).
+template <typename Map>
+struct ReduceItem {
+  int64_t n;
+  Map map;
+};
+
 namespace cuda {
 // Defined in src/kernels/cuda/launch.cuh; each functor family instantiates what it
 // uses in a .cu file of src/kernels/cuda/. Launch errors throw kCuda.
@@ -98,6 +119,10 @@ template <typename F, typename... Args>
 void launch_for_each(void* stream, int64_t n, F f, Args... args);
 template <typename T, typename Map, typename Combine>
 void launch_reduce_into(void* stream, int64_t n, Map map, Combine combine, T* out);
+template <typename F, typename... Args>
+void launch_for_each_list(void* stream, std::span<const ForEachItem<F, Args...>> items);
+template <typename T, typename Map, typename Combine>
+void launch_reduce_list_into(void* stream, std::span<const ReduceItem<Map>> items, Combine combine, T* out);
 }  // namespace cuda
 
 [[noreturn]] inline void no_cuda_kernels() {
@@ -177,6 +202,42 @@ void reduce_into(const Stream& stream, int64_t n, const Map& map, const Combine&
 #endif
   }
   host_reduce_into(stream.threads(), n, map, combine, out);
+}
+
+// for_each over a list of tensors (an optimizer's parameters, say), ordered on `stream`
+// as the calls one per item would be. On CUDA a few launches serve the whole list, each
+// carrying dozens of items in its parameters, where one launch per tensor costs a few
+// microseconds of the host and of the GPU for each of a network's hundreds of small
+// tensors; on the host the items run one after the other.
+template <typename F, typename... Args>
+void for_each_list(const Stream& stream, const std::vector<ForEachItem<F, Args...>>& items) {
+  if (items.empty()) return;
+  if (stream.device().kind == Device::Kind::kCuda) {
+#if COHORT_HAVE_CUDA
+    cuda::launch_for_each_list(stream.native(), std::span<const ForEachItem<F, Args...>>(items));
+    return;
+#else
+    no_cuda_kernels();
+#endif
+  }
+  for (const ForEachItem<F, Args...>& item : items)
+    std::apply([&](Args... a) { host_for_each(stream.threads(), item.n, item.f, a...); }, item.args);
+}
+
+// reduce_into over a list of tensors into one *out (the same rules), in a few launches.
+template <typename T, typename Map, typename Combine>
+void reduce_list_into(const Stream& stream, const std::vector<ReduceItem<Map>>& items, const Combine& combine, T* out) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "reduce_list_into combines 4- or 8-byte values");
+  if (items.empty()) return;
+  if (stream.device().kind == Device::Kind::kCuda) {
+#if COHORT_HAVE_CUDA
+    cuda::launch_reduce_list_into<T>(stream.native(), std::span<const ReduceItem<Map>>(items), combine, out);
+    return;
+#else
+    no_cuda_kernels();
+#endif
+  }
+  for (const ReduceItem<Map>& item : items) host_reduce_into(stream.threads(), item.n, item.map, combine, out);
 }
 
 }  // namespace cohort::kernels

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "core/status.h"
 #include "kernels/for_each.h"
@@ -25,20 +26,20 @@ bool LossScaler::unscale(std::span<const ParamGrad> params, const Stream& stream
             "' must be a contiguous f32 tensor on ", stream.device().to_string(), ", got ", p.grad.describe());
   }
   const float inv = static_cast<float>(1.0 / scale_);
+  // One list pass over every gradient (a few launches on a GPU).
+  std::vector<kernels::ReduceItem<kernels::UnscaleCount>> items;
+  for (const ParamGrad& p : params)
+    items.push_back({p.grad.numel(), kernels::UnscaleCount{p.grad.data_as<float>(), inv}});
   if (stream.is_host()) {
     uint32_t nonfinite = 0;
-    for (const ParamGrad& p : params)
-      kernels::reduce_into(stream, p.grad.numel(), kernels::UnscaleCount{p.grad.data_as<float>(), inv}, kernels::Plus{},
-                           &nonfinite);
+    kernels::reduce_list_into<uint32_t>(stream, items, kernels::Plus{}, &nonfinite);
     return nonfinite == 0;
   }
   if (params.empty()) return true;
   Tensor count = Tensor::empty_like(params.front().grad, {1}, DType::kI32, stream);
   zero(count, stream);
-  auto* out = reinterpret_cast<uint32_t*>(count.data_as<int32_t>());
-  for (const ParamGrad& p : params)
-    kernels::reduce_into(stream, p.grad.numel(), kernels::UnscaleCount{p.grad.data_as<float>(), inv}, kernels::Plus{},
-                         out);
+  kernels::reduce_list_into<uint32_t>(stream, items, kernels::Plus{},
+                                      reinterpret_cast<uint32_t*>(count.data_as<int32_t>()));
   return *to_host(count, stream).data_as<int32_t>() == 0;
 }
 

@@ -142,7 +142,7 @@ void Optimizer::init_state(std::span<const ParamGrad> params, const Stream& stre
 void Optimizer::step(std::span<const ParamGrad> params, double lr, const Stream& stream) {
   require(std::isfinite(lr) && lr >= 0, "optimizer: learning rate must be finite and >= 0, got ", lr);
   init_state(params, stream);  // validates everything before any parameter changes
-  for (const ParamGrad& p : params) update(p, lr, stream);
+  update(params, lr, stream);
   ++steps_;
 }
 
@@ -159,46 +159,61 @@ double Optimizer::l2_norm(const Tensor& t, const Stream& stream) const {
   return std::sqrt(*to_host(sum, stream).data_as<double>());
 }
 
-void Optimizer::update(const ParamGrad& p, double lr, const Stream& stream) {
-  const int64_t n = p.param.numel();
-  float* w = p.param.data_as<float>();
-  const float* g = p.grad.data_as<float>();
+// Every parameter's update as one list pass (kernels::for_each_list: a few launches on a
+// GPU, not one per tensor).
+void Optimizer::update(std::span<const ParamGrad> params, double lr, const Stream& stream) {
   const auto& o = options_;
+  auto w = [](const ParamGrad& p) { return p.param.data_as<float>(); };
+  auto g = [](const ParamGrad& p) { return static_cast<const float*>(p.grad.data_as<float>()); };
   switch (o.kind) {
-    case OptimizerKind::kSgd: {
-      kernels::SgdUpdate f{static_cast<float>(lr), 0.0f, static_cast<float>(o.weight_decay), false};
-      kernels::for_each(stream, n, f, w, g, static_cast<float*>(nullptr));
-      return;
-    }
+    case OptimizerKind::kSgd:
     case OptimizerKind::kMomentum:
     case OptimizerKind::kNesterov: {
-      kernels::SgdUpdate f{static_cast<float>(lr), static_cast<float>(o.momentum), static_cast<float>(o.weight_decay),
-                           o.kind == OptimizerKind::kNesterov};
-      kernels::for_each(stream, n, f, w, g, state_for(p, kVelocity, stream).data_as<float>());
+      const bool momentum = o.kind != OptimizerKind::kSgd;
+      const kernels::SgdUpdate f{static_cast<float>(lr), momentum ? static_cast<float>(o.momentum) : 0.0f,
+                                 static_cast<float>(o.weight_decay), o.kind == OptimizerKind::kNesterov};
+      std::vector<kernels::ForEachItem<kernels::SgdUpdate, float*, const float*, float*>> items;
+      for (const ParamGrad& p : params)
+        items.push_back(
+            {p.param.numel(), f, {w(p), g(p), momentum ? state_for(p, kVelocity, stream).data_as<float>() : nullptr}});
+      kernels::for_each_list(stream, items);
       return;
     }
     case OptimizerKind::kAdam:
     case OptimizerKind::kAdamW: {
       const double t = static_cast<double>(steps_ + 1);
-      kernels::AdamUpdate f{static_cast<float>(lr),
-                            static_cast<float>(o.beta1),
-                            static_cast<float>(o.beta2),
-                            static_cast<float>(o.epsilon),
-                            static_cast<float>(o.weight_decay),
-                            o.kind == OptimizerKind::kAdamW,
-                            static_cast<float>(1.0 - std::pow(o.beta1, t)),
-                            static_cast<float>(1.0 - std::pow(o.beta2, t))};
-      kernels::for_each(stream, n, f, w, g, state_for(p, kAdamM, stream).data_as<float>(),
-                        state_for(p, kAdamV, stream).data_as<float>());
+      const kernels::AdamUpdate f{static_cast<float>(lr),
+                                  static_cast<float>(o.beta1),
+                                  static_cast<float>(o.beta2),
+                                  static_cast<float>(o.epsilon),
+                                  static_cast<float>(o.weight_decay),
+                                  o.kind == OptimizerKind::kAdamW,
+                                  static_cast<float>(1.0 - std::pow(o.beta1, t)),
+                                  static_cast<float>(1.0 - std::pow(o.beta2, t))};
+      std::vector<kernels::ForEachItem<kernels::AdamUpdate, float*, const float*, float*, float*>> items;
+      for (const ParamGrad& p : params)
+        items.push_back({p.param.numel(),
+                         f,
+                         {w(p), g(p), state_for(p, kAdamM, stream).data_as<float>(),
+                          state_for(p, kAdamV, stream).data_as<float>()}});
+      kernels::for_each_list(stream, items);
       return;
     }
     case OptimizerKind::kLars: {
-      const bool excluded = o.lars_exclude_1d && p.param.ndim() <= 1;
-      const double wd = excluded ? 0.0 : o.weight_decay;
-      const double trust =
-          excluded ? 1.0 : kernels::lars_trust_ratio(l2_norm(p.param, stream), l2_norm(p.grad, stream), o.lars_eta, wd);
-      kernels::LarsUpdate f{static_cast<float>(lr * trust), static_cast<float>(o.momentum), static_cast<float>(wd)};
-      kernels::for_each(stream, n, f, w, g, state_for(p, kVelocity, stream).data_as<float>());
+      // Every trust ratio from the parameters and gradients as they are, then the updates.
+      std::vector<kernels::ForEachItem<kernels::LarsUpdate, float*, const float*, float*>> items;
+      for (const ParamGrad& p : params) {
+        const bool excluded = o.lars_exclude_1d && p.param.ndim() <= 1;
+        const double wd = excluded ? 0.0 : o.weight_decay;
+        const double trust =
+            excluded ? 1.0
+                     : kernels::lars_trust_ratio(l2_norm(p.param, stream), l2_norm(p.grad, stream), o.lars_eta, wd);
+        items.push_back({p.param.numel(),
+                         kernels::LarsUpdate{static_cast<float>(lr * trust), static_cast<float>(o.momentum),
+                                             static_cast<float>(wd)},
+                         {w(p), g(p), state_for(p, kVelocity, stream).data_as<float>()}});
+      }
+      kernels::for_each_list(stream, items);
       return;
     }
   }

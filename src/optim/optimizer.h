@@ -82,7 +82,7 @@ class Optimizer {
 
  private:
   Tensor& state_for(const ParamGrad& p, std::string_view suffix, const Stream& stream);
-  void update(const ParamGrad& p, double lr, const Stream& stream);
+  void update(std::span<const ParamGrad> params, double lr, const Stream& stream);
   double l2_norm(const Tensor& t, const Stream& stream) const;
 
   OptimizerOptions options_;

@@ -9,10 +9,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include "core/status.h"
 #include "kernels/for_each.h"
+#include "kernels/list_launch.h"
 
 namespace cohort::kernels::cuda {
 
@@ -59,20 +63,14 @@ __device__ void atomic_combine(T* out, T value, Combine combine) {
   } while (old != assumed);
 }
 
-template <typename T, typename Map, typename Combine>
-__global__ void reduce_kernel(int64_t n, Map map, Combine combine, T* out) {
+// Combines each thread's `acc` (where `have`) across the block, then the block's result
+// into *out. Every thread of the block calls it.
+template <typename T, typename Combine>
+__device__ void block_combine_into(T acc, bool have, Combine combine, T* out) {
   __shared__ T partial[kBlock];
-  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  bool have = i < n;
-  T acc{};
-  if (have) {
-    acc = map(i);
-    for (i += stride; i < n; i += stride) acc = combine(acc, map(i));
-  }
   // No identity element is known, so each slot says whether it holds a value.
-  partial[threadIdx.x] = acc;
   __shared__ bool has[kBlock];
+  partial[threadIdx.x] = acc;
   has[threadIdx.x] = have;
   __syncthreads();
   for (int s = kBlock / 2; s > 0; s /= 2) {
@@ -87,9 +85,129 @@ __global__ void reduce_kernel(int64_t n, Map map, Combine combine, T* out) {
 }
 
 template <typename T, typename Map, typename Combine>
+__global__ void reduce_kernel(int64_t n, Map map, Combine combine, T* out) {
+  const int64_t stride = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool have = i < n;
+  T acc{};
+  if (have) {
+    acc = map(i);
+    for (i += stride; i < n; i += stride) acc = combine(acc, map(i));
+  }
+  block_combine_into(acc, have, combine, out);
+}
+
+template <typename T, typename Map, typename Combine>
 void launch_reduce_into(void* stream, int64_t n, Map map, Combine combine, T* out) {
   reduce_kernel<T><<<blocks_for(n), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(n, map, combine, out);
   check_launch("a reduction kernel");
+}
+
+// Lists (kernels/list_launch.h says how they split): a launch's items and their first
+// blocks travel in its parameters, read in place (__grid_constant__: a block indexes
+// them at run time, which would otherwise copy the ~4 KB into each thread's memory).
+template <int kItems, typename Payload>
+struct ListLaunch {
+  int count;
+  unsigned first_block[kItems + 1];
+  Payload item[kItems];
+};
+
+template <typename F, typename... Args>
+struct ForEachPayload {
+  int64_t n;
+  F f;
+  void* p[sizeof...(Args)];
+};
+
+template <typename F, typename... Args, size_t... I>
+__device__ void call_item(const ForEachPayload<F, Args...>& it, int64_t i, std::index_sequence<I...>) {
+  it.f(i, static_cast<Args>(it.p[I])...);
+}
+
+template <int kItems, typename F, typename... Args>
+__global__ void for_each_list_kernel(__grid_constant__ const ListLaunch<kItems, ForEachPayload<F, Args...>> l) {
+  const ListShare s = list_share(l.first_block, l.count, blockIdx.x, blockDim.x, threadIdx.x);
+  const ForEachPayload<F, Args...>& it = l.item[s.item];
+  for (int64_t i = s.first; i < it.n; i += s.stride) call_item(it, i, std::index_sequence_for<Args...>{});
+}
+
+template <typename Map>
+struct ReducePayload {
+  int64_t n;
+  Map map;
+};
+
+template <int kItems, typename T, typename Map, typename Combine>
+__global__ void reduce_list_kernel(__grid_constant__ const ListLaunch<kItems, ReducePayload<Map>> l, Combine combine,
+                                   T* out) {
+  const ListShare s = list_share(l.first_block, l.count, blockIdx.x, blockDim.x, threadIdx.x);
+  const ReducePayload<Map>& it = l.item[s.item];
+  const bool have = s.first < it.n;
+  T acc{};
+  if (have) {
+    acc = it.map(s.first);
+    for (int64_t i = s.first + s.stride; i < it.n; i += s.stride) acc = combine(acc, it.map(i));
+  }
+  block_combine_into(acc, have, combine, out);
+}
+
+// Runs launch(l) for each launch of plan_list_launches over `items`; payload(item)
+// makes an item's parameters.
+template <int kItems, typename Payload, typename Item, typename Make, typename Launch>
+void in_launches(std::span<const Item> items, Make payload, Launch launch) {
+  static_assert(kItems >= 8, "a list item's functor is too large for a launch's parameters");
+  static_assert(sizeof(ListLaunch<kItems, Payload>) <= kListParamBytes);
+  std::vector<int64_t> n;
+  n.reserve(items.size());
+  for (const Item& item : items) n.push_back(item.n);
+  ListLaunch<kItems, Payload> l;
+  for (const ListLaunchPlan& plan : plan_list_launches(n, kItems, kBlock)) {
+    l.count = static_cast<int>(plan.items.size());
+    for (size_t k = 0; k < plan.items.size(); ++k) l.item[k] = payload(items[plan.items[k]]);
+    std::copy(plan.first_block.begin(), plan.first_block.end(), l.first_block);
+    launch(l, plan.first_block.back());
+  }
+}
+
+template <typename F, typename... Args>
+void launch_for_each_list(void* stream, std::span<const ForEachItem<F, Args...>> items) {
+  using Payload = ForEachPayload<F, Args...>;
+  constexpr int kItems = list_capacity(sizeof(Payload));
+  in_launches<kItems, Payload>(
+      items,
+      [](const ForEachItem<F, Args...>& item) {
+        Payload p;
+        p.n = item.n;
+        p.f = item.f;
+        std::apply(
+            [&](Args... a) {
+              int k = 0;
+              ((p.p[k++] = const_cast<void*>(static_cast<const void*>(a))), ...);
+            },
+            item.args);
+        return p;
+      },
+      [&](const ListLaunch<kItems, Payload>& l, unsigned blocks) {
+        for_each_list_kernel<kItems, F, Args...><<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(l);
+        check_launch("an element-wise kernel over a list of tensors");
+      });
+}
+
+template <typename T, typename Map, typename Combine>
+void launch_reduce_list_into(void* stream, std::span<const ReduceItem<Map>> items, Combine combine, T* out) {
+  using Payload = ReducePayload<Map>;
+  constexpr int kItems = list_capacity(sizeof(Payload));
+  in_launches<kItems, Payload>(
+      items,
+      [](const ReduceItem<Map>& item) {
+        return Payload{item.n, item.map};
+      },
+      [&](const ListLaunch<kItems, Payload>& l, unsigned blocks) {
+        reduce_list_kernel<kItems, T, Map, Combine>
+            <<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(l, combine, out);
+        check_launch("a reduction kernel over a list of tensors");
+      });
 }
 
 }  // namespace cohort::kernels::cuda

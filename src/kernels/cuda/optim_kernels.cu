@@ -12,9 +12,6 @@ namespace cohort::kernels::cuda {
 #define COHORT_REDUCE(T, Map, Combine) \
   template void launch_reduce_into<T, Map, Combine>(void*, int64_t, Map, Combine, T*);
 
-COHORT_FOR_EACH(SgdUpdate, float*, const float*, float*)
-COHORT_FOR_EACH(AdamUpdate, float*, const float*, float*, float*)
-COHORT_FOR_EACH(LarsUpdate, float*, const float*, float*)
 COHORT_FOR_EACH(AccumulateScaled, float*, const float*)
 COHORT_FOR_EACH(Scale, float*)
 COHORT_FOR_EACH(Zero, float*)
@@ -24,5 +21,13 @@ COHORT_FOR_EACH(DecompressF16, float*, const uint16_t*)
 COHORT_FOR_EACH(DecompressBF16, float*, const uint16_t*)
 COHORT_REDUCE(double, SquareF64, Plus)
 COHORT_REDUCE(uint32_t, UnscaleCount, Plus)
+
+#define COHORT_FOR_EACH_LIST(F, ...) \
+  template void launch_for_each_list<F, __VA_ARGS__>(void*, std::span<const ForEachItem<F, __VA_ARGS__>>);
+COHORT_FOR_EACH_LIST(SgdUpdate, float*, const float*, float*)
+COHORT_FOR_EACH_LIST(AdamUpdate, float*, const float*, float*, float*)
+COHORT_FOR_EACH_LIST(LarsUpdate, float*, const float*, float*)
+template void launch_reduce_list_into<uint32_t, UnscaleCount, Plus>(void*, std::span<const ReduceItem<UnscaleCount>>,
+                                                                    Plus, uint32_t*);
 
 }  // namespace cohort::kernels::cuda

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/for_each.h"
+#include "kernels/list_launch.h"
 #include "kernels/optim_update.h"
 #include "tensor/device.h"
 
@@ -98,6 +99,73 @@ TEST(ForEach, TheLibraryFunctorsRunOnAHostStream) {
   EXPECT_EQ(x.back(), 1.5f);
   kernels::for_each(Stream::host(2), n, kernels::Zero{}, x.data());
   EXPECT_EQ(*std::max_element(x.begin(), x.end()), 0.0f);
+}
+
+TEST(ForEachList, EachItemRunsItsOwnFunctorOnItsOwnTensors) {
+  std::vector<float> a(kernels::kSerialBelow + 3, 1.0f), b(7, 2.0f), c(1, 4.0f);
+  std::vector<float> ga(a.size(), 1.0f), gb(b.size(), 1.0f), gc(c.size(), 1.0f);
+  std::vector<float> va(a.size(), 0.0f), vb(b.size(), 0.0f), vc(c.size(), 0.0f);
+  using Item = kernels::ForEachItem<kernels::SgdUpdate, float*, const float*, float*>;
+  std::vector<Item> items = {
+      {static_cast<int64_t>(a.size()), {0.5f, 0.9f, 0.0f, false}, {a.data(), ga.data(), va.data()}},
+      {0, {9.0f, 0.0f, 0.0f, false}, {nullptr, nullptr, nullptr}},  // empty: never touched
+      {static_cast<int64_t>(b.size()), {0.25f, 0.0f, 0.0f, false}, {b.data(), gb.data(), nullptr}},
+      {static_cast<int64_t>(c.size()), {1.0f, 0.5f, 1.0f, false}, {c.data(), gc.data(), vc.data()}}};
+  kernels::for_each_list(Stream::host(2), items);
+  EXPECT_EQ(a.front(), 0.5f);
+  EXPECT_EQ(a.back(), 0.5f);
+  EXPECT_EQ(va.back(), 1.0f);
+  EXPECT_EQ(b.back(), 1.75f);
+  EXPECT_EQ(c[0], 4.0f - (1.0f + 4.0f));  // weight decay 1: d = g + w
+}
+
+TEST(ReduceListInto, CountsAcrossEveryItemIntoOneOutput) {
+  std::vector<float> a(kernels::kSerialBelow * 2, 2.0f), b(5, 2.0f);
+  a[3] = INFINITY;
+  b[4] = NAN;
+  std::vector<kernels::ReduceItem<kernels::UnscaleCount>> items = {{static_cast<int64_t>(a.size()), {a.data(), 0.5f}},
+                                                                   {static_cast<int64_t>(b.size()), {b.data(), 0.25f}}};
+  uint32_t bad = 1;  // an earlier count the list adds to
+  kernels::reduce_list_into(Stream::host(2), items, kernels::Plus{}, &bad);
+  EXPECT_EQ(bad, 3u);
+  EXPECT_EQ(a[0], 1.0f);
+  EXPECT_EQ(b[0], 0.5f);
+}
+
+TEST(ListLaunch, EveryElementOfEveryItemGoesToExactlyOneThread) {
+  // Walks each planned launch block by block and thread by thread, as the CUDA kernels
+  // do: small and empty items, one larger than its blocks cover in a pass, launches cut
+  // at the capacity.
+  const std::vector<int64_t> n = {5, 0, 256, 257, 1, kernels::kMaxBlocksPerItem * 64 * 3 + 17, 0, 1000, 64};
+  const unsigned threads = 64;
+  for (int capacity : {1, 3, 100}) {
+    std::vector<std::vector<int>> seen(n.size());
+    for (size_t i = 0; i < n.size(); ++i) seen[i].assign(static_cast<size_t>(n[i]), 0);
+    const std::vector<kernels::ListLaunchPlan> plans = kernels::plan_list_launches(n, capacity, threads);
+    size_t next = 0;
+    for (const kernels::ListLaunchPlan& p : plans) {
+      ASSERT_LE(static_cast<int>(p.items.size()), capacity);
+      ASSERT_EQ(p.first_block.size(), p.items.size() + 1);
+      for (size_t k = 0; k < p.items.size(); ++k) {
+        while (n[next] == 0) ++next;
+        EXPECT_EQ(p.items[k], next++) << "items keep the list's order";
+      }
+      for (unsigned block = 0; block < p.first_block.back(); ++block)
+        for (unsigned t = 0; t < threads; ++t) {
+          const kernels::ListShare s =
+              kernels::list_share(p.first_block.data(), static_cast<int>(p.items.size()), block, threads, t);
+          ASSERT_GE(s.item, 0);
+          ASSERT_LT(s.item, static_cast<int>(p.items.size()));
+          const size_t item = p.items[static_cast<size_t>(s.item)];
+          for (int64_t i = s.first; i < n[item]; i += s.stride) ++seen[item][static_cast<size_t>(i)];
+        }
+    }
+    for (size_t i = 0; i < n.size(); ++i)
+      for (size_t e = 0; e < seen[i].size(); ++e)
+        ASSERT_EQ(seen[i][e], 1) << "capacity " << capacity << ", item " << i << ", element " << e;
+  }
+  EXPECT_EQ(kernels::plan_list_launches(n, 3, threads).size(), 3u);  // 7 non-empty items
+  EXPECT_TRUE(kernels::plan_list_launches({0, 0}, 3, threads).empty());
 }
 
 TEST(ReduceInto, SquaresInF64AreStableAcrossTeamSizes) {
