@@ -125,6 +125,9 @@ void DistributedOptimizer::exchange(size_t index, const Event& ready) {
   const double f = options_.gradient_predivide_factor;
   double post = f / comm_.size();
   if (options_.average_passes) post /= options_.backward_passes_per_step;
+  // Alone, the average is the gradient itself: nothing to send, unless compression or a
+  // scaling would round it (then it takes the same path as with peers).
+  if (comm_.size() == 1 && !options_.compressed() && f == 1.0 && post == 1.0) return;
   // What was enqueued on the compute stream since backward wrote the gradient (sums
   // over passes, compression) is part of what the reduction waits for.
   const bool enqueued = options_.compressed() || options_.backward_passes_per_step > 1;

@@ -90,7 +90,8 @@ class DistributedOptimizer {
   // when `ready` completes (a device backward still running). On the last pass of a
   // step its exchange starts now. Call from one thread at a time. With one pass per
   // step and no compression the gradient buffer itself is reduced in place: leave it
-  // alone until step() returns.
+  // alone until step() returns. With collectives of one rank, one pass, no compression
+  // and no predivide factor nothing is exchanged (the average is the gradient).
   void gradient_ready(size_t index, const Event& ready = {});
 
   // Ends a backward pass. Parameters whose gradient was not reported are handled now

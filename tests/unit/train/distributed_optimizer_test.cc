@@ -319,14 +319,18 @@ TEST(DistributedOptimizer, OptionsFromConfig) {
 // Collectives that record what each allreduce is told to wait for.
 class RecordingCollectives final : public Collectives {
  public:
+  explicit RecordingCollectives(int size) : size_(size) {}
   int rank() const override { return 0; }
-  int size() const override { return 1; }
+  int size() const override { return size_; }
   void allreduce_async(const std::string& name, Tensor, double, double, const Event& ready) override {
     events.emplace_back(name, ready);
   }
   void wait_all(const Stream&) override {}
   void broadcast(const std::string&, Tensor, int) override {}
   std::vector<std::pair<std::string, Event>> events;
+
+ private:
+  int size_;
 };
 
 // A gradient a backward pass never reported (a rank without valid rows zeroes them all
@@ -339,7 +343,7 @@ TEST(DistributedOptimizer, UnreportedGradientsWaitForTheComputeStream) {
   Tensor host = Tensor::empty({3}, DType::kF32);
   Tensor w = clone_to(host, *memory.on(test)), g = clone_to(host, *memory.on(test));
   Optimizer opt(momentum());
-  RecordingCollectives comm;
+  RecordingCollectives comm(2);  // one peer (one rank alone exchanges nothing)
   DistributedOptimizer dist(opt, comm, {{"w", w, g}}, {}, stream);
   dist.gradient_ready(0);  // reported, with the default (complete) event of a CPU backward
   ASSERT_TRUE(dist.step(0.1));
@@ -348,6 +352,35 @@ TEST(DistributedOptimizer, UnreportedGradientsWaitForTheComputeStream) {
   ASSERT_TRUE(dist.step(0.1));  // nothing reported this pass
   ASSERT_EQ(comm.events.size(), 2u);
   EXPECT_TRUE(comm.events[1].second.recorded()) << "an unreported gradient must wait for the compute stream";
+}
+
+// One rank alone sends nothing where the average is the gradient itself, and sends what
+// compression or scaling would round.
+TEST(DistributedOptimizer, OneRankAloneExchangesOnlyWhatWouldChange) {
+  auto allreduces = [](DistributedOptions d) {
+    Linear m(1.0f);
+    Optimizer opt(momentum());
+    RecordingCollectives comm(1);
+    DistributedOptimizer dist(opt, comm, m.params(), d);
+    for (int pass = 0; pass < d.backward_passes_per_step; ++pass) {
+      m.backward(0, 0, kGlobalBatch);
+      dist.step(0.1);
+    }
+    EXPECT_EQ(opt.steps(), 1);
+    return comm.events.size();
+  };
+  EXPECT_EQ(allreduces({}), 0u);
+  DistributedOptions d;
+  d.compress_f16 = true;
+  EXPECT_EQ(allreduces(d), 2u);  // one per parameter
+  d = {};
+  d.gradient_predivide_factor = 8.0;
+  EXPECT_EQ(allreduces(d), 2u);
+  d = {};
+  d.backward_passes_per_step = 2;  // the sum over passes is divided by 2
+  EXPECT_EQ(allreduces(d), 2u);
+  d.average_passes = false;
+  EXPECT_EQ(allreduces(d), 0u);
 }
 
 }  // namespace
