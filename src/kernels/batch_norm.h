@@ -7,6 +7,10 @@
 //   inference forward                                BnInferenceFinalize            -> BnAffine
 //   backward           channel_sums(BnGradStats)  -> BnBackwardFinalize per channel -> BnBackwardData
 //
+// The element-wise passes have packed forms (BnAffinePacked, BnBackwardDataPacked) that
+// take 16 bytes of a row at once where the channels and the buffers allow (bn_packs_fit),
+// with the same arithmetic per value.
+//
 // In training the relu after the batch norm, or the add and the relu of a residual
 // block's end (relu(bn(x) + z)), can fold into it: BnAffine adds z and applies the relu,
 // and the backward pass masks dy by the relu's output y (the relu's gradient, as
@@ -23,6 +27,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/for_each.h"
 #include "kernels/hd.h"
@@ -173,6 +178,101 @@ struct BnBackwardData {
                   accumulate);
     }
     if (dz) store<S, C>(dz + i, g, z_accumulate);
+  }
+};
+
+// kVec neighbouring values of one row, read or written as one access (16 bytes: 8 f16 or
+// bf16 values, 4 f32), so that an element-wise pass over 2-byte values keeps memory busy.
+template <typename S, int kVec>
+struct alignas(sizeof(S) * kVec < 16 ? sizeof(S) * kVec : 16) Pack {
+  S v[kVec];
+};
+
+template <typename S, int kVec>
+COHORT_HD Pack<S, kVec> load_pack(const S* p) {
+  return *reinterpret_cast<const Pack<S, kVec>*>(p);
+}
+
+template <typename S, int kVec>
+COHORT_HD void store_pack(S* p, const Pack<S, kVec>& v) {
+  *reinterpret_cast<Pack<S, kVec>*>(p) = v;
+}
+
+// How many values the packed passes below take at once for storage type S.
+template <typename S>
+inline constexpr int kBnPack = static_cast<int>(16 / sizeof(S));
+
+// Whether the packed passes can serve `channels` channels and these buffers: whole packs
+// per row, every pointer (null ones aside) aligned to a pack.
+template <typename S>
+bool bn_packs_fit(int64_t channels, std::initializer_list<const void*> pointers) {
+  if (channels % kBnPack<S> != 0) return false;
+  for (const void* p : pointers)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+// BnAffine over pack p (values p·kVec ... p·kVec + kVec − 1, all of one row, since the
+// channels are a multiple of kVec), with the same arithmetic per value.
+template <typename S = float, typename C = F32, int kVec = kBnPack<S>>
+struct BnAffinePacked {
+  int64_t channels;
+  bool relu = false;
+  COHORT_HD void operator()(int64_t p, S* y, const S* x, const float* coef, const S* z) const {
+    const int64_t i = p * kVec, c = channel_of(i, channels);
+    const Pack<S, kVec> xv = load_pack<S, kVec>(x + i);
+    Pack<S, kVec> zv{};
+    if (z) zv = load_pack<S, kVec>(z + i);
+    const Pack<float, kVec> scale = load_pack<float, kVec>(coef + c),
+                            mean = load_pack<float, kVec>(coef + channels + c),
+                            beta = load_pack<float, kVec>(coef + 2 * channels + c);
+    Pack<S, kVec> out;
+    for (int k = 0; k < kVec; ++k) {
+      float v = (C::load(xv.v[k]) - mean.v[k]) * scale.v[k] + beta.v[k];
+      if (z) v += C::load(zv.v[k]);
+      out.v[k] = C::store(relu ? act_forward(Act::kRelu, 0.f, v) : v);
+    }
+    store_pack<S, kVec>(y + i, out);
+  }
+};
+
+// BnBackwardData over pack p, with the same arithmetic per value.
+template <typename S = float, typename C = F32, int kVec = kBnPack<S>>
+struct BnBackwardDataPacked {
+  int64_t channels;
+  bool accumulate;
+  bool z_accumulate = false;
+  COHORT_HD void operator()(int64_t p, S* dx, const S* dy, const S* x, const float* coef, const S* y, S* dz) const {
+    const int64_t i = p * kVec;
+    const Pack<S, kVec> dyv = load_pack<S, kVec>(dy + i);
+    Pack<S, kVec> yv{};
+    if (y) yv = load_pack<S, kVec>(y + i);
+    float g[kVec];
+    for (int k = 0; k < kVec; ++k) {
+      g[k] = C::load(dyv.v[k]);
+      if (y) {
+        const float out = C::load(yv.v[k]);
+        g[k] = act_backward(Act::kRelu, 0.f, out, out, g[k]);
+      }
+    }
+    if (dx) {
+      const int64_t c = channel_of(i, channels);
+      const Pack<S, kVec> xv = load_pack<S, kVec>(x + i);
+      const Pack<float, kVec> k1 = load_pack<float, kVec>(coef + c), k2 = load_pack<float, kVec>(coef + channels + c),
+                              k3 = load_pack<float, kVec>(coef + 2 * channels + c),
+                              mean = load_pack<float, kVec>(coef + 3 * channels + c);
+      Pack<S, kVec> out{};
+      if (accumulate) out = load_pack<S, kVec>(dx + i);
+      for (int k = 0; k < kVec; ++k)
+        store<S, C>(&out.v[k], k1.v[k] * g[k] + k2.v[k] * (C::load(xv.v[k]) - mean.v[k]) + k3.v[k], accumulate);
+      store_pack<S, kVec>(dx + i, out);
+    }
+    if (dz) {
+      Pack<S, kVec> out{};
+      if (z_accumulate) out = load_pack<S, kVec>(dz + i);
+      for (int k = 0; k < kVec; ++k) store<S, C>(&out.v[k], g[k], z_accumulate);
+      store_pack<S, kVec>(dz + i, out);
+    }
   }
 };
 

@@ -200,8 +200,14 @@ class BatchNormLayer final : public CudaLayer {
                                                          plan_.state(spec_.states[0]), plan_.state(spec_.states[1]),
                                                          coef_.data_as<float>(), c, spec_.eps});
         }
-        kernels::for_each(cstream(), out().numel(), kernels::BnAffine<S, C>{c, fused_}, out().xs<S>(), in().cxs<S>(),
-                          coef, z_ ? z_->cxs<S>() : nullptr);
+        S* y = out().xs<S>();
+        const S* x = in().cxs<S>();
+        const S* z = z_ ? z_->cxs<S>() : nullptr;
+        if (kernels::bn_packs_fit<S>(c, {y, x, coef, z}))
+          kernels::for_each(cstream(), out().numel() / kernels::kBnPack<S>, kernels::BnAffinePacked<S, C>{c, fused_}, y,
+                            x, coef, z);
+        else
+          kernels::for_each(cstream(), out().numel(), kernels::BnAffine<S, C>{c, fused_}, y, x, coef, z);
       }});
     });
   }
@@ -229,9 +235,16 @@ class BatchNormLayer final : public CudaLayer {
                                                       plan_.grad(spec_.params[1]), coef_.data_as<float>(), rows, c});
         S* dx = wanted ? in().dxs<S>() : nullptr;
         S* dz = z_wanted ? z_->dxs<S>() : nullptr;
-        if (dx || dz)
-          kernels::for_each(cstream(), in().numel(), kernels::BnBackwardData<S, C>{c, acc, z_acc}, dx, out().cdxs<S>(),
-                            in().cxs<S>(), static_cast<const float*>(coef_.data_as<float>()), y, dz);
+        const S* dy = out().cdxs<S>();
+        const S* x = in().cxs<S>();
+        const float* coef = coef_.data_as<float>();
+        if (!dx && !dz) return;
+        if (kernels::bn_packs_fit<S>(c, {dx, dy, x, coef, y, dz}))
+          kernels::for_each(cstream(), in().numel() / kernels::kBnPack<S>,
+                            kernels::BnBackwardDataPacked<S, C>{c, acc, z_acc}, dx, dy, x, coef, y, dz);
+        else
+          kernels::for_each(cstream(), in().numel(), kernels::BnBackwardData<S, C>{c, acc, z_acc}, dx, dy, x, coef, y,
+                            dz);
       }});
     });
     plan_.ready(bwd, spec_.params);

@@ -56,14 +56,18 @@ void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, 
   check_launch("a batch-norm channel-sums kernel");
 }
 
-#define COHORT_BN_KERNELS(S, C)                                                                              \
-  template void launch_channel_sums<BnStats<S, C>>(void*, int64_t, int64_t, BnStats<S, C>, double*);         \
-  template void launch_channel_sums<BnGradStats<S, C>>(void*, int64_t, int64_t, BnGradStats<S, C>, double*); \
-  template void launch_for_each<BnForwardFinalize<S, C>>(void*, int64_t, BnForwardFinalize<S, C>);           \
-  template void launch_for_each<BnAffine<S, C>, S*, const S*, const float*, const S*>(                       \
-      void*, int64_t, BnAffine<S, C>, S*, const S*, const float*, const S*);                                 \
-  template void launch_for_each<BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*>(   \
-      void*, int64_t, BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*);
+#define COHORT_BN_KERNELS(S, C)                                                                                  \
+  template void launch_channel_sums<BnStats<S, C>>(void*, int64_t, int64_t, BnStats<S, C>, double*);             \
+  template void launch_channel_sums<BnGradStats<S, C>>(void*, int64_t, int64_t, BnGradStats<S, C>, double*);     \
+  template void launch_for_each<BnForwardFinalize<S, C>>(void*, int64_t, BnForwardFinalize<S, C>);               \
+  template void launch_for_each<BnAffine<S, C>, S*, const S*, const float*, const S*>(                           \
+      void*, int64_t, BnAffine<S, C>, S*, const S*, const float*, const S*);                                     \
+  template void launch_for_each<BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*>(       \
+      void*, int64_t, BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*);                 \
+  template void launch_for_each<BnAffinePacked<S, C>, S*, const S*, const float*, const S*>(                     \
+      void*, int64_t, BnAffinePacked<S, C>, S*, const S*, const float*, const S*);                               \
+  template void launch_for_each<BnBackwardDataPacked<S, C>, S*, const S*, const S*, const float*, const S*, S*>( \
+      void*, int64_t, BnBackwardDataPacked<S, C>, S*, const S*, const S*, const float*, const S*, S*);
 
 COHORT_BN_KERNELS(float, F32)
 COHORT_BN_KERNELS(uint16_t, F16Codec)

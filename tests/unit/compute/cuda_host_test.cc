@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -415,6 +417,62 @@ struct BatchNormTest {
   }
 };
 TEST(CudaFunctors, NhwcBatchNormMatchesTheCpuBackendInEveryType) { for_every_form<BatchNormTest>(); }
+
+// The packed passes give the scalar ones' bits in every form: with and without the relu,
+// z, dx and dz, written and accumulated.
+template <typename S, typename C>
+void expect_packed_batch_norm_is_scalar() {
+  constexpr int kVec = kernels::kBnPack<S>;
+  const int64_t c = 2 * kVec, rows = 13, count = rows * c;
+  auto values = [&](float scale, float shift) {
+    std::vector<S> v(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i)
+      v[static_cast<size_t>(i)] = C::store(scale * std::sin(0.37f * static_cast<float>(i)) + shift);
+    return v;
+  };
+  const std::vector<S> x = values(2.f, 0.5f), dy = values(1.f, 0.f), y = values(1.5f, 0.2f), z = values(0.7f, -0.1f);
+  std::vector<float> coef(static_cast<size_t>(4 * c));
+  for (size_t k = 0; k < coef.size(); ++k) coef[k] = 0.3f + 0.11f * static_cast<float>(k % 17) - 0.05f * (k % 3);
+  auto same = [](const std::vector<S>& a, const std::vector<S>& b, const char* what) {
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(S)), 0) << what;
+  };
+  for (bool relu : {false, true})
+    for (const S* zp : {static_cast<const S*>(nullptr), z.data()}) {
+      SCOPED_TRACE(std::string(relu ? "relu" : "no relu") + (zp ? ", z" : ""));
+      std::vector<S> a(x.size()), b(x.size());
+      kernels::host_for_each(1, count, kernels::BnAffine<S, C>{c, relu}, a.data(), x.data(), coef.data(), zp);
+      kernels::host_for_each(1, count / kVec, kernels::BnAffinePacked<S, C>{c, relu}, b.data(), x.data(), coef.data(),
+                             zp);
+      same(a, b, "affine");
+    }
+  for (const S* yp : {static_cast<const S*>(nullptr), y.data()})
+    for (bool want_dx : {false, true})
+      for (bool want_dz : {false, true})
+        for (bool acc : {false, true}) {
+          SCOPED_TRACE(std::string(yp ? "relu" : "no relu") + (want_dx ? ", dx" : "") + (want_dz ? ", dz" : "") +
+                       (acc ? ", accumulated" : ""));
+          std::vector<S> dx_a = values(0.4f, 0.1f), dz_a = values(0.3f, -0.2f), dx_b = dx_a, dz_b = dz_a;
+          kernels::host_for_each(1, count, kernels::BnBackwardData<S, C>{c, acc, !acc}, want_dx ? dx_a.data() : nullptr,
+                                 dy.data(), x.data(), coef.data(), yp, want_dz ? dz_a.data() : nullptr);
+          kernels::host_for_each(1, count / kVec, kernels::BnBackwardDataPacked<S, C>{c, acc, !acc},
+                                 want_dx ? dx_b.data() : nullptr, dy.data(), x.data(), coef.data(), yp,
+                                 want_dz ? dz_b.data() : nullptr);
+          same(dx_a, dx_b, "input gradient");
+          same(dz_a, dz_b, "z's gradient");
+        }
+  // Where packs do not fit: channels not a multiple of the pack, a pointer off 16 bytes.
+  EXPECT_TRUE(kernels::bn_packs_fit<S>(c, {x.data(), coef.data(), nullptr}));
+  EXPECT_FALSE(kernels::bn_packs_fit<S>(c + kVec / 2, {x.data()}));
+  EXPECT_FALSE(kernels::bn_packs_fit<S>(c, {x.data(), x.data() + 1}));
+}
+
+TEST(CudaFunctors, PackedBatchNormPassesGiveTheScalarPassesBits) {
+  expect_packed_batch_norm_is_scalar<float, F32>();
+  expect_packed_batch_norm_is_scalar<uint16_t, kernels::F16Codec>();
+  expect_packed_batch_norm_is_scalar<uint16_t, kernels::BF16Codec>();
+  EXPECT_TRUE(kernels::bn_packs_fit<float>(12, {}));      // 3 packs of 4 f32
+  EXPECT_FALSE(kernels::bn_packs_fit<uint16_t>(12, {}));  // 8 f16 to a pack
+}
 
 // A channel in 32 bits below 2^32 and in 64 above, the same either way.
 TEST(CudaFunctors, ChannelOfAnElementInEitherWidth) {
