@@ -28,6 +28,13 @@ void check_bindings(const NetSpec& spec, const Bindings& bindings, Device device
   check_list("states", bindings.states, spec.state_shapes, device);
 }
 
+CudaBatchNorm parse_cuda_batch_norm(std::string_view value) {
+  if (value == "auto") return CudaBatchNorm::kAuto;
+  if (value == "kernels") return CudaBatchNorm::kKernels;
+  if (value == "cudnn") return CudaBatchNorm::kCudnn;
+  fail(Code::kInvalidArgument, "cuda_batch_norm=", value, " is not a choice; expected auto, kernels or cudnn");
+}
+
 std::shared_ptr<Backend> make_backend(Device device, int threads, const BackendOptions& options) {
   switch (device.kind) {
     case Device::Kind::kCpu:

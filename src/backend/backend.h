@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "backend/math_policy.h"
@@ -107,11 +108,22 @@ class Backend {
   virtual std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings, const PlanOptions& options) = 0;
 };
 
+// Which NHWC batch norms in training a GPU runs through cuDNN's BN-Ex form, and which
+// through kernels/batch_norm.h's passes (backend/cuda/norm_layers.cc).
+enum class CudaBatchNorm {
+  kAuto,     // BN-Ex for f16 ones with a folded relu (and add) and channels a multiple of 4
+  kKernels,  // the passes for every one
+  kCudnn,    // BN-Ex for every f16 one with channels a multiple of 4, folded or not
+};
+// "auto", "kernels", "cudnn" (the option cuda_batch_norm); throws kInvalidArgument.
+CudaBatchNorm parse_cuda_batch_norm(std::string_view value);
+
 // What a device backend needs beyond its device.
 struct BackendOptions {
   std::shared_ptr<Allocator> memory;  // device memory of its plans (null: a cache of its own)
   Tf32 tf32 = Tf32::kAuto;            // the f32 math policy (math_policy.h)
   bool cuda_graphs = false;           // CUDA: replay the plans' passes from graphs (cuda/step_graphs.h)
+  CudaBatchNorm batch_norm = CudaBatchNorm::kAuto;
 };
 
 // The backend for `device`: the oneDNN CPU backend for host devices, the CUDA backend

@@ -28,6 +28,7 @@ class CudaBackend final : public Backend {
     ctx_.policy = options.tf32;
     ctx_.tf32 = tf32_enabled(options.tf32, major_, minor_);
     ctx_.graphs = options.cuda_graphs;
+    ctx_.batch_norm = options.batch_norm;
     ctx_.memory = options.memory ? options.memory : make_caching_allocator(Device::cuda(device));
     require(ctx_.memory->device() == Device::cuda(device), "the CUDA backend on cuda:", device,
             " was given an allocator of ", ctx_.memory->device().to_string());

@@ -48,4 +48,17 @@ Fusion plan_fusion(const NetSpec& spec, const PlanOptions& options) {
   return f;
 }
 
+bool uses_bn_ex(CudaBatchNorm choice, bool fused, bool training, DType dtype, const Shape& shape) {
+  const bool can = training && dtype == DType::kF16 && shape.size() == 3 && shape[0] % 4 == 0;
+  switch (choice) {
+    case CudaBatchNorm::kAuto:
+      return can && fused;
+    case CudaBatchNorm::kKernels:
+      return false;
+    case CudaBatchNorm::kCudnn:
+      return can;
+  }
+  return false;
+}
+
 }  // namespace cohort::backend::cuda

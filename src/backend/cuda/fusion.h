@@ -28,4 +28,10 @@ struct Fusion {
 
 Fusion plan_fusion(const NetSpec& spec, const PlanOptions& options);
 
+// Whether a batch norm of an NHWC value runs through cuDNN's BN-Ex form rather than
+// kernels/batch_norm.h (f16 images in training with channels a multiple of 4 only): with
+// `choice` auto where a relu folds into it (`fused`), kernels never, cudnn always.
+// `shape` is the value's per-sample shape ({C, H, W} for images).
+bool uses_bn_ex(CudaBatchNorm choice, bool fused, bool training, DType dtype, const Shape& shape);
+
 }  // namespace cohort::backend::cuda

@@ -4,7 +4,8 @@
 // own type (f32, f16 or bf16), since cuDNN's batch norm is 50–100 times slower than
 // memory there, with the relu after it (or the add and the relu) folded in where
 // backend/cuda/fusion.h pairs them; f16 ones so paired whose channels are a multiple of 4
-// through cuDNN's fused form instead; NCHW images and [N, F] values through cuDNN's
+// through cuDNN's fused BN-Ex form instead (the option cuda_batch_norm may send every f16
+// one there, or none); NCHW images and [N, F] values through cuDNN's
 // spatial batch norm, in f32 or f16 (bf16 between casts)) and LRN across channels
 // (cuDNN, in f32 NCHW at every precision: its value is cast around it; alpha is divided
 // by the window size, as oneDNN and PyTorch do).
@@ -22,12 +23,13 @@ class BatchNormLayer final : public CudaLayer {
   // it does not document, so a bf16 [N, F] value normalizes in f32 between casts. A
   // batch norm the fusion pass pairs with the relu after it (backend/cuda/fusion.h)
   // applies that relu, and the add before it where there is one: in f16 with channels
-  // in multiples of 4 through cuDNN's fused form (faster there than kernels/ own).
+  // in multiples of 4 through cuDNN's fused form (faster there than kernels/ own), unless
+  // the option cuda_batch_norm says otherwise (uses_bn_ex).
   BatchNormLayer(CudaPlan& plan, const LayerSpec& spec, int index)
       : CudaLayer(plan, spec, index),
         fused_(plan.fusion_.bn_relu.at(static_cast<size_t>(index))),
         add_(plan.fusion_.bn_add.at(static_cast<size_t>(index))),
-        cudnn_fused_(fused_ && dt_ == DType::kF16 && spec.shape.size() == 3 && spec.shape[0] % 4 == 0),
+        cudnn_fused_(uses_bn_ex(plan.ctx_.batch_norm, fused_, plan.opt_.training, dt_, spec.shape)),
         own_(nhwc_ && !cudnn_fused_) {
     if (dt_ == DType::kBF16 && !own_) dt_ = DType::kF32;
   }
@@ -98,19 +100,22 @@ class BatchNormLayer final : public CudaLayer {
       };
       void* dx = wanted ? in().dx() : scratch(dx_scratch_, in());
       if (cudnn_fused_) {
-        // dy is the relu's output gradient and y the relu's output: cuDNN masks dy itself.
+        // With a folded relu, dy is the relu's output gradient and y the relu's output:
+        // cuDNN masks dy itself.
         // cuDNN documents blending only for dx, not whether the fused kernels blend dz
         // alike: both are written without blending, and one that adds to another
         // writer's goes through scratch memory.
         void* dz = nullptr;
         if (z_) dz = z_wanted && !z_acc ? z_->dx() : scratch(dz_scratch_, *z_);
         void* fused_dx = acc ? scratch(dx_scratch_, in()) : dx;
+        // y only where the relu's gradient is taken from it.
         check(cudnnBatchNormalizationBackwardEx(
-                  ctx().cudnn, kFusedMode, ops(), &kOne, &kZero, &kOne, &kZero, in().td, in().x(), out().td, out().x(),
-                  out().td, out().dx(), z_ ? z_->td.get() : nullptr, dz, in().td, fused_dx, bn_,
-                  plan_.param(spec_.params[0]), plan_.param(spec_.params[1]), plan_.grad(spec_.params[0]),
-                  plan_.grad(spec_.params[1]), spec_.eps, saved_mean_.data_as<float>(), saved_inv_var_.data_as<float>(),
-                  relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
+                  ctx().cudnn, kFusedMode, ops(), &kOne, &kZero, &kOne, &kZero, in().td, in().x(),
+                  fused_ ? out().td.get() : nullptr, fused_ ? out().x() : nullptr, out().td, out().dx(),
+                  z_ ? z_->td.get() : nullptr, dz, in().td, fused_dx, bn_, plan_.param(spec_.params[0]),
+                  plan_.param(spec_.params[1]), plan_.grad(spec_.params[0]), plan_.grad(spec_.params[1]), spec_.eps,
+                  saved_mean_.data_as<float>(), saved_inv_var_.data_as<float>(), act(), plan_.workspace(),
+                  plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
               "cudnnBatchNormalizationBackwardEx");
         if (acc)
           kernels::for_each(cstream(), in().numel(), kernels::CopyTo<uint16_t, kernels::F16Codec>{true},
@@ -131,27 +136,33 @@ class BatchNormLayer final : public CudaLayer {
   }
 
  private:
-  // cuDNN's fused batch norm + (add +) relu: f16 NHWC, persistent spatial mode (fusion.h).
+  // cuDNN's BN-Ex: f16 NHWC, persistent spatial mode, with the relu (and the add) that
+  // fusion.h folds in, or alone.
   static constexpr cudnnBatchNormMode_t kFusedMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
   cudnnBatchNormOps_t ops() const {
-    return z_ ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    return z_       ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+           : fused_ ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION
+                    : CUDNN_BATCHNORM_OPS_BN;
   }
+  // The relu's descriptor where one folds in; none for the batch norm alone.
+  cudnnActivationDescriptor_t act() const { return fused_ ? relu_.get() : nullptr; }
 
   void build_fused_forward() {
     // z as the add reads it: f16 NHWC, computed before this layer (fusion.h).
     if (add_ >= 0) z_ = &plan_.as(plan_.vals_.at(static_cast<size_t>(add_)), DType::kF16, true, fwd);
     const cudnnTensorDescriptor_t z_td = z_ ? z_->td.get() : nullptr;
     // NaN stays NaN, as in the unfused relu (and the loss scaler's overflow check sees it).
-    check(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
-          "cudnnSetActivationDescriptor");
+    if (fused_)
+      check(cudnnSetActivationDescriptor(relu_, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0),
+            "cudnnSetActivationDescriptor");
     size_t fwd_bytes = 0, bwd_bytes = 0, reserve_bytes = 0;
     check(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, z_td,
-                                                                   out().td, bn_, relu_, &fwd_bytes),
+                                                                   out().td, bn_, act(), &fwd_bytes),
           "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize");
     check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, out().td, out().td,
-                                                            z_td, in().td, bn_, relu_, &bwd_bytes),
+                                                            z_td, in().td, bn_, act(), &bwd_bytes),
           "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
-    check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx().cudnn, kFusedMode, ops(), relu_, in().td,
+    check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx().cudnn, kFusedMode, ops(), act(), in().td,
                                                                &reserve_bytes),
           "cudnnGetBatchNormalizationTrainingExReserveSpaceSize");
     // Never a null workspace: the Ex calls given none may fall back to the unfused form.
@@ -163,7 +174,7 @@ class BatchNormLayer final : public CudaLayer {
                 z_ ? z_->x() : nullptr, out().td, out().x(), bn_, plan_.param(spec_.params[0]),
                 plan_.param(spec_.params[1]), spec_.momentum, plan_.state(spec_.states[0]),
                 plan_.state(spec_.states[1]), spec_.eps, saved_mean_.data_as<float>(), saved_inv_var_.data_as<float>(),
-                relu_, plan_.workspace(), plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
+                act(), plan_.workspace(), plan_.workspace_bytes(), reserve_.data(), reserve_.nbytes()),
             "cudnnBatchNormalizationForwardTrainingEx");
     }});
   }
@@ -253,7 +264,7 @@ class BatchNormLayer final : public CudaLayer {
 
   bool fused_;         // applies the relu after it (and the add before that, with add_)
   int add_;            // the layer whose value the fused form adds before its relu, or -1
-  bool cudnn_fused_;   // ... through cuDNN's fused form
+  bool cudnn_fused_;   // through cuDNN's BN-Ex form (with the relu and add, or alone)
   bool own_;           // an NHWC value outside that: kernels/batch_norm.h rather than cuDNN
   DVal* z_ = nullptr;  // that value as it is read (in this layer's type, NHWC)
   TensorDesc bn_;

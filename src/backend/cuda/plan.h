@@ -54,8 +54,9 @@ struct Context {
   AlgoCache algos;
   bool tf32 = false;
   Tf32 policy = Tf32::kAuto;
-  size_t workspace_limit = size_t{1} << 30;  // the largest workspace an algorithm may ask
-  bool graphs = false;                       // replay the plans' device steps from CUDA graphs
+  size_t workspace_limit = size_t{1} << 30;         // the largest workspace an algorithm may ask
+  bool graphs = false;                              // replay the plans' device steps from CUDA graphs
+  CudaBatchNorm batch_norm = CudaBatchNorm::kAuto;  // NHWC batch norm: cuDNN's BN-Ex or kernels/ (norm_layers.cc)
 };
 
 struct Step {

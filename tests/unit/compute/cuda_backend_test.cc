@@ -164,6 +164,7 @@ struct Form {
   Layout layout;
   backend::Precision precision;
   bool graphs = false;  // cuda_graphs=on: three passes (eager, captured, replayed), each on new inputs
+  backend::CudaBatchNorm batch_norm = backend::CudaBatchNorm::kAuto;  // cuda_batch_norm
 };
 
 // The relative error allowed of a GPU result against the CPU's f32 one.
@@ -246,6 +247,7 @@ TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
   o.memory = memory.on(Device::cuda(0));
   o.tf32 = backend::Tf32::kOff;
   o.cuda_graphs = GetParam().graphs;
+  o.batch_norm = GetParam().batch_norm;
   const int passes = GetParam().graphs ? 3 : 1;
   const bool with_cpu_bf16 = reduced && backend::probe_cpu_isa().bf16;
   auto gpu_backend = backend::make_backend(Device::cuda(0), 1, o);
@@ -329,17 +331,22 @@ TEST_P(CudaOps, EveryLayerAgreesWithTheCpuBackend) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Forms, CudaOps,
-                         ::testing::Values(Form{Layout::kNCHW, backend::Precision::kF32},
-                                           Form{Layout::kNHWC, backend::Precision::kF32},
-                                           Form{Layout::kNCHW, backend::Precision::kF16},
-                                           Form{Layout::kNHWC, backend::Precision::kBF16},
-                                           Form{Layout::kNCHW, backend::Precision::kF32, true},
-                                           Form{Layout::kNHWC, backend::Precision::kF16, true}),
-                         [](const auto& info) {
-                           return std::string(info.param.layout == Layout::kNHWC ? "NHWC_" : "NCHW_") +
-                                  backend::precision_name(info.param.precision) + (info.param.graphs ? "_graphs" : "");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Forms, CudaOps,
+    ::testing::Values(Form{Layout::kNCHW, backend::Precision::kF32}, Form{Layout::kNHWC, backend::Precision::kF32},
+                      Form{Layout::kNCHW, backend::Precision::kF16}, Form{Layout::kNHWC, backend::Precision::kBF16},
+                      Form{Layout::kNCHW, backend::Precision::kF32, true},
+                      Form{Layout::kNHWC, backend::Precision::kF16, true},
+                      // f16 batch norms all through kernels/, or all through BN-Ex
+                      Form{Layout::kNHWC, backend::Precision::kF16, false, backend::CudaBatchNorm::kKernels},
+                      Form{Layout::kNHWC, backend::Precision::kF16, false, backend::CudaBatchNorm::kCudnn}),
+    [](const auto& info) {
+      return std::string(info.param.layout == Layout::kNHWC ? "NHWC_" : "NCHW_") +
+             backend::precision_name(info.param.precision) + (info.param.graphs ? "_graphs" : "") +
+             (info.param.batch_norm == backend::CudaBatchNorm::kKernels ? "_bn_kernels"
+              : info.param.batch_norm == backend::CudaBatchNorm::kCudnn ? "_bn_cudnn"
+                                                                        : "");
+    });
 
 TEST(CudaBackend, DescribesTheGpuAndItsMathPolicy) {
   const CudaProbe probe = probe_cuda();

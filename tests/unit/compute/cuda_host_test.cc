@@ -33,6 +33,8 @@ TEST(MathPolicy, Tf32OnlyWhereTheGpuHasItAndNeverWhenOff) {
   EXPECT_EQ(backend::parse_tf32("auto"), Tf32::kAuto);
   EXPECT_EQ(backend::parse_tf32("off"), Tf32::kOff);
   EXPECT_THROW(backend::parse_tf32("maybe"), Error);
+  EXPECT_EQ(backend::parse_cuda_batch_norm("kernels"), backend::CudaBatchNorm::kKernels);
+  EXPECT_THROW(backend::parse_cuda_batch_norm("cuDNN"), Error);
   EXPECT_TRUE(backend::tf32_enabled(Tf32::kAuto, 9, 0));   // H100
   EXPECT_TRUE(backend::tf32_enabled(Tf32::kAuto, 8, 0));   // A100
   EXPECT_FALSE(backend::tf32_enabled(Tf32::kAuto, 7, 0));  // V100: no TF32
@@ -464,6 +466,25 @@ void expect_packed_batch_norm_is_scalar() {
   EXPECT_TRUE(kernels::bn_packs_fit<S>(c, {x.data(), coef.data(), nullptr}));
   EXPECT_FALSE(kernels::bn_packs_fit<S>(c + kVec / 2, {x.data()}));
   EXPECT_FALSE(kernels::bn_packs_fit<S>(c, {x.data(), x.data() + 1}));
+}
+
+// Which batch norms cuDNN's BN-Ex form takes under each choice of cuda_batch_norm.
+TEST(Fusion, BnExOnlyForF16ImagesInTrainingAsTheOptionChooses) {
+  using backend::CudaBatchNorm;
+  using backend::cuda::uses_bn_ex;
+  const Shape image = {64, 7, 7}, odd = {6, 7, 7}, features = {64};
+  for (bool fused : {false, true}) {
+    EXPECT_EQ(uses_bn_ex(CudaBatchNorm::kAuto, fused, true, DType::kF16, image), fused);
+    EXPECT_FALSE(uses_bn_ex(CudaBatchNorm::kKernels, fused, true, DType::kF16, image));
+    EXPECT_TRUE(uses_bn_ex(CudaBatchNorm::kCudnn, fused, true, DType::kF16, image));
+    for (CudaBatchNorm c : {CudaBatchNorm::kAuto, CudaBatchNorm::kCudnn}) {
+      EXPECT_FALSE(uses_bn_ex(c, true, false, DType::kF16, image)) << "inference";
+      EXPECT_FALSE(uses_bn_ex(c, true, true, DType::kBF16, image)) << "bf16";
+      EXPECT_FALSE(uses_bn_ex(c, true, true, DType::kF32, image)) << "f32";
+      EXPECT_FALSE(uses_bn_ex(c, true, true, DType::kF16, odd)) << "6 channels";
+      EXPECT_FALSE(uses_bn_ex(c, true, true, DType::kF16, features)) << "features";
+    }
+  }
 }
 
 TEST(CudaFunctors, PackedBatchNormPassesGiveTheScalarPassesBits) {
