@@ -51,7 +51,7 @@ class Optimizer {
   // shape on one device, with unique names; the updates are enqueued on `stream` (a
   // stream of that device; on the host its threads split the work). State is created
   // (zero) on first sight of a name, on the parameter's device. LARS reads its norms
-  // back, so with a device stream the call waits for the work before each LARS update.
+  // back, so with a device stream the call waits for the work before the LARS updates.
   void step(std::span<const ParamGrad> params, double lr, const Stream& stream = {});
 
   // Creates zero state for parameters not seen yet, so that export_state() lists the
