@@ -7,7 +7,8 @@
 //   inference forward                                BnInferenceFinalize            -> BnAffine
 //   backward           channel_sums(BnGradStats)  -> BnBackwardFinalize per channel -> BnBackwardData
 //
-// The element-wise passes have packed forms (BnAffinePacked, BnBackwardDataPacked) that
+// The sums' maps and the element-wise passes have packed forms (BnStatsPacked,
+// BnGradStatsPacked with channel_sums_packed; BnAffinePacked, BnBackwardDataPacked) that
 // take 16 bytes of a row at once where the channels and the buffers allow (bn_packs_fit),
 // with the same arithmetic per value.
 //
@@ -276,10 +277,99 @@ struct BnBackwardDataPacked {
   }
 };
 
+// BnStats over the kVec channels c0 ... c0 + kVec − 1 of a row, with the same arithmetic
+// per value (the packed channel sums' map).
+template <typename S = float, typename C = F32, int kVec = kBnPack<S>>
+struct BnStatsPacked {
+  const S* x;
+  int64_t channels;
+  COHORT_HD void operator()(int64_t row, int64_t c0, float* a, float* b) const {
+    const Pack<S, kVec> v = load_pack<S, kVec>(x + row * channels + c0), k = load_pack<S, kVec>(x + c0);
+    for (int j = 0; j < kVec; ++j) {
+      a[j] = C::load(v.v[j]) - C::load(k.v[j]);
+      b[j] = a[j] * a[j];
+    }
+  }
+};
+
+// BnGradStats over kVec channels of a row, with the same arithmetic per value.
+template <typename S = float, typename C = F32, int kVec = kBnPack<S>>
+struct BnGradStatsPacked {
+  const S* x;
+  const S* dy;
+  const float* mean;
+  int64_t channels;
+  const S* y = nullptr;
+  COHORT_HD void operator()(int64_t row, int64_t c0, float* a, float* b) const {
+    const int64_t i = row * channels + c0;
+    const Pack<S, kVec> dyv = load_pack<S, kVec>(dy + i), xv = load_pack<S, kVec>(x + i);
+    Pack<S, kVec> yv{};
+    if (y) yv = load_pack<S, kVec>(y + i);
+    const Pack<float, kVec> m = load_pack<float, kVec>(mean + c0);
+    for (int j = 0; j < kVec; ++j) {
+      float g = C::load(dyv.v[j]);
+      if (y) {
+        const float out = C::load(yv.v[j]);
+        g = act_backward(Act::kRelu, 0.f, out, out, g);
+      }
+      a[j] = g;
+      b[j] = g * (C::load(xv.v[j]) - m.v[j]);
+    }
+  }
+};
+
+// How the packed channel sums spread over a GPU: blocks of 32 × 8 threads; in a block's
+// warp, lanes cover q neighbouring packs of a row (16 bytes each; q = 32, or the largest
+// power of two up to the packs per row) and 32 / q rows, so that a warp reads 512 bytes
+// at a time even where a row has few channels; a block covers q packs and
+// rows_per_block rows, each thread at most kBnRowsPerThread of them (more only where the
+// grid would exceed 65535 rows of blocks).
+struct BnSumsLayout {
+  int64_t packs = 0;  // per row
+  int q = 0;          // packs a block covers: a power of two up to 32
+  int row_lanes = 0;  // threads of a block on one pack: 8 · 32 / q
+  int64_t rows_per_block = 0;
+  unsigned grid_x = 0, grid_y = 0;
+};
+
+// The layout for rows × channels values of vec-value packs, or none (false) where the
+// channels are not whole packs.
+inline bool bn_sums_layout(int64_t rows, int64_t channels, int vec, BnSumsLayout& l) {
+  if (rows <= 0 || channels <= 0 || channels % vec != 0) return false;
+  l.packs = channels / vec;
+  l.q = 32;
+  while (l.q > l.packs) l.q /= 2;
+  l.row_lanes = 8 * (32 / l.q);
+  constexpr int64_t kMaxGridY = 65535;
+  l.rows_per_block = l.row_lanes * kBnRowsPerThread;
+  if ((rows + l.rows_per_block - 1) / l.rows_per_block > kMaxGridY)
+    l.rows_per_block = ((rows + kMaxGridY - 1) / kMaxGridY + l.row_lanes - 1) / l.row_lanes * l.row_lanes;
+  l.grid_x = static_cast<unsigned>((l.packs + l.q - 1) / l.q);
+  l.grid_y = static_cast<unsigned>((rows + l.rows_per_block - 1) / l.rows_per_block);
+  return true;
+}
+
+// Thread (tx, ty) of block (bx, by): its pack (−1: none), and its rows first, first +
+// stride, ... below end.
+struct BnSumsShare {
+  int64_t pack, first, end, stride;
+};
+COHORT_HD BnSumsShare bn_sums_share(const BnSumsLayout& l, int64_t rows, unsigned bx, unsigned by, unsigned tx,
+                                    unsigned ty) {
+  const int64_t p = static_cast<int64_t>(bx) * l.q + tx % static_cast<unsigned>(l.q);
+  const int64_t lane = static_cast<int64_t>(ty) * (32 / l.q) + tx / static_cast<unsigned>(l.q);
+  const int64_t r0 = static_cast<int64_t>(by) * l.rows_per_block;
+  const int64_t r1 = r0 + l.rows_per_block < rows ? r0 + l.rows_per_block : rows;
+  return {p < l.packs ? p : -1, r0 + lane, r1, l.row_lanes};
+}
+
 namespace cuda {
 // Defined in src/kernels/cuda/batch_norm_kernels.cu for the maps above.
 template <typename Map>
 void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, double* sums);
+template <int kVec, typename Map>
+void launch_channel_sums_packed(void* stream, int64_t rows, int64_t channels, const BnSumsLayout& l, Map map,
+                                double* sums);
 }  // namespace cuda
 
 // sums[c] += Σ_rows a and sums[C + c] += Σ_rows b of map(row, c, a, b), for every channel
@@ -323,6 +413,48 @@ void channel_sums(const Stream& stream, int64_t rows, int64_t channels, const Ma
 #endif
   }
   host_channel_sums(stream.threads(), rows, channels, map, sums);
+}
+
+// channel_sums with a packed map (BnStatsPacked, BnGradStatsPacked) laid out by `l`
+// (bn_sums_layout with the map's kVec); on the host, pack by pack in host_channel_sums'
+// order.
+template <int kVec, typename Map>
+void channel_sums_packed(const Stream& stream, int64_t rows, int64_t channels, const BnSumsLayout& l, const Map& map,
+                         double* sums) {
+  if (rows <= 0 || channels <= 0) return;
+  if (stream.device().kind == Device::Kind::kCuda) {
+#if COHORT_HAVE_CUDA
+    cuda::launch_channel_sums_packed<kVec>(stream.native(), rows, channels, l, map, sums);
+    return;
+#else
+    no_cuda_kernels();
+#endif
+  }
+  parallel_chunks(stream.threads(), l.packs * kBnRowsPerThread, [&](int64_t lo, int64_t hi) {
+    for (int64_t p = (lo + kBnRowsPerThread - 1) / kBnRowsPerThread; p < (hi + kBnRowsPerThread - 1) / kBnRowsPerThread;
+         ++p) {
+      double ta[kVec] = {}, tb[kVec] = {};
+      for (int64_t r0 = 0; r0 < rows; r0 += kBnRowsPerThread) {
+        float pa[kVec] = {}, pb[kVec] = {};
+        for (int64_t r = r0; r < std::min(rows, r0 + kBnRowsPerThread); ++r) {
+          float a[kVec], b[kVec];
+          map(r, p * kVec, a, b);
+          for (int j = 0; j < kVec; ++j) {
+            pa[j] += a[j];
+            pb[j] += b[j];
+          }
+        }
+        for (int j = 0; j < kVec; ++j) {
+          ta[j] += pa[j];
+          tb[j] += pb[j];
+        }
+      }
+      for (int j = 0; j < kVec; ++j) {
+        sums[p * kVec + j] += ta[j];
+        sums[channels + p * kVec + j] += tb[j];
+      }
+    }
+  });
 }
 
 }  // namespace cohort::kernels

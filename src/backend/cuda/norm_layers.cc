@@ -198,7 +198,13 @@ class BatchNormLayer final : public CudaLayer {
           const int64_t rows = in().numel() / c;
           double* sums = sums_.data_as<double>();
           zero(sums_, cstream());
-          kernels::channel_sums(cstream(), rows, c, kernels::BnStats<S, C>{in().cxs<S>(), c}, sums);
+          // Whole 16-byte packs of the rows where the channels allow, value by value otherwise.
+          kernels::BnSumsLayout l;
+          if (kernels::bn_packs_fit<S>(c, {in().cxs<S>()}) && kernels::bn_sums_layout(rows, c, kernels::kBnPack<S>, l))
+            kernels::channel_sums_packed<kernels::kBnPack<S>>(cstream(), rows, c, l,
+                                                              kernels::BnStatsPacked<S, C>{in().cxs<S>(), c}, sums);
+          else
+            kernels::channel_sums(cstream(), rows, c, kernels::BnStats<S, C>{in().cxs<S>(), c}, sums);
           kernels::for_each(cstream(), c,
                             kernels::BnForwardFinalize<S, C>{sums, in().cxs<S>(), plan_.param(spec_.params[0]),
                                                              plan_.param(spec_.params[1]), plan_.state(spec_.states[0]),
@@ -238,8 +244,15 @@ class BatchNormLayer final : public CudaLayer {
         const float* mean = saved_mean_.data_as<float>();
         const S* y = fused_ ? out().cxs<S>() : nullptr;
         zero(sums_, cstream());
-        kernels::channel_sums(cstream(), rows, c,
-                              kernels::BnGradStats<S, C>{in().cxs<S>(), out().cdxs<S>(), mean, c, y}, sums);
+        kernels::BnSumsLayout l;
+        if (kernels::bn_packs_fit<S>(c, {in().cxs<S>(), out().cdxs<S>(), mean, y}) &&
+            kernels::bn_sums_layout(rows, c, kernels::kBnPack<S>, l))
+          kernels::channel_sums_packed<kernels::kBnPack<S>>(
+              cstream(), rows, c, l, kernels::BnGradStatsPacked<S, C>{in().cxs<S>(), out().cdxs<S>(), mean, c, y},
+              sums);
+        else
+          kernels::channel_sums(cstream(), rows, c,
+                                kernels::BnGradStats<S, C>{in().cxs<S>(), out().cdxs<S>(), mean, c, y}, sums);
         kernels::for_each(cstream(), c,
                           kernels::BnBackwardFinalize{sums, plan_.param(spec_.params[0]), mean,
                                                       saved_inv_var_.data_as<float>(), plan_.grad(spec_.params[0]),

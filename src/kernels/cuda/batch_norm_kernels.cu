@@ -39,7 +39,57 @@ __global__ void channel_sums_kernel(int64_t rows, int64_t channels, int64_t rows
   }
 }
 
+// The packed form (kernels/batch_norm.h's BnSumsLayout): each thread sums kVec channels
+// of its rows in f32; then, per channel of the block, one thread adds up the row lanes'
+// sums in f64 and adds them to the totals.
+template <int kVec, typename Map>
+__global__ void channel_sums_packed_kernel(int64_t rows, int64_t channels, BnSumsLayout l, Map map, double* sums) {
+  __shared__ float pa[kLanes * kRowLanes][kVec], pb[kLanes * kRowLanes][kVec];
+  const unsigned t = threadIdx.y * kLanes + threadIdx.x;
+  const BnSumsShare s = bn_sums_share(l, rows, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
+  float a[kVec] = {}, b[kVec] = {};
+  if (s.pack >= 0)
+    for (int64_t r = s.first; r < s.end; r += s.stride) {
+      float u[kVec], v[kVec];
+      map(r, s.pack * kVec, u, v);
+      for (int j = 0; j < kVec; ++j) {
+        a[j] += u[j];
+        b[j] += v[j];
+      }
+    }
+  for (int j = 0; j < kVec; ++j) {
+    pa[t][j] = a[j];
+    pb[t][j] = b[j];
+  }
+  __syncthreads();
+  // Thread t < q·kVec totals channel t of the block (pack t / kVec, value t % kVec),
+  // whose sums sit with lanes t / kVec + m·q (m < 32 / q) of each of the 8 warps.
+  if (t < static_cast<unsigned>(l.q * kVec)) {
+    const int pq = static_cast<int>(t) / kVec, j = static_cast<int>(t) % kVec;
+    const int64_t c = (static_cast<int64_t>(blockIdx.x) * l.q + pq) * kVec + j;
+    if (c < channels) {
+      double ta = 0, tb = 0;
+      for (int y = 0; y < kRowLanes; ++y)
+        for (int x = pq; x < kLanes; x += l.q) {
+          ta += pa[y * kLanes + x][j];
+          tb += pb[y * kLanes + x][j];
+        }
+      atomicAdd(sums + c, ta);
+      atomicAdd(sums + channels + c, tb);
+    }
+  }
+}
+
 }  // namespace
+
+template <int kVec, typename Map>
+void launch_channel_sums_packed(void* stream, int64_t rows, int64_t channels, const BnSumsLayout& l, Map map,
+                                double* sums) {
+  channel_sums_packed_kernel<kVec>
+      <<<dim3(l.grid_x, l.grid_y), dim3(kLanes, kRowLanes), 0, static_cast<cudaStream_t>(stream)>>>(rows, channels, l,
+                                                                                                    map, sums);
+  check_launch("a packed batch-norm channel-sums kernel");
+}
 
 template <typename Map>
 void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, double* sums) {
@@ -64,6 +114,10 @@ void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, 
       void*, int64_t, BnAffine<S, C>, S*, const S*, const float*, const S*);                                     \
   template void launch_for_each<BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*>(       \
       void*, int64_t, BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*);                 \
+  template void launch_channel_sums_packed<kBnPack<S>, BnStatsPacked<S, C>>(                                     \
+      void*, int64_t, int64_t, const BnSumsLayout&, BnStatsPacked<S, C>, double*);                               \
+  template void launch_channel_sums_packed<kBnPack<S>, BnGradStatsPacked<S, C>>(                                 \
+      void*, int64_t, int64_t, const BnSumsLayout&, BnGradStatsPacked<S, C>, double*);                           \
   template void launch_for_each<BnAffinePacked<S, C>, S*, const S*, const float*, const S*>(                     \
       void*, int64_t, BnAffinePacked<S, C>, S*, const S*, const float*, const S*);                               \
   template void launch_for_each<BnBackwardDataPacked<S, C>, S*, const S*, const S*, const float*, const S*, S*>( \

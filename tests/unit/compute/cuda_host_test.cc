@@ -487,6 +487,105 @@ TEST(Fusion, BnExOnlyForF16ImagesInTrainingAsTheOptionChooses) {
   }
 }
 
+// The packed channel sums' maps give the scalar maps' values bit for bit, and their host
+// sums equal host_channel_sums'.
+template <typename S, typename C>
+void expect_packed_sums_are_scalar() {
+  constexpr int kVec = kernels::kBnPack<S>;
+  const int64_t c = 3 * kVec, rows = 150, count = rows * c;
+  std::vector<S> x(static_cast<size_t>(count)), dy(x.size()), y(x.size());
+  for (int64_t i = 0; i < count; ++i) {
+    const float f = static_cast<float>(i);
+    x[static_cast<size_t>(i)] = C::store(3.f + std::sin(0.13f * f));
+    dy[static_cast<size_t>(i)] = C::store(std::cos(0.29f * f));
+    y[static_cast<size_t>(i)] = C::store(std::sin(0.41f * f));
+  }
+  std::vector<float> mean(static_cast<size_t>(c));
+  for (int64_t k = 0; k < c; ++k) mean[static_cast<size_t>(k)] = 3.f + 0.01f * static_cast<float>(k);
+  for (const S* yp : {static_cast<const S*>(nullptr), static_cast<const S*>(y.data())}) {
+    SCOPED_TRACE(yp ? "relu folded" : "alone");
+    const kernels::BnStats<S, C> stats{x.data(), c};
+    const kernels::BnStatsPacked<S, C> stats_p{x.data(), c};
+    const kernels::BnGradStats<S, C> grads{x.data(), dy.data(), mean.data(), c, yp};
+    const kernels::BnGradStatsPacked<S, C> grads_p{x.data(), dy.data(), mean.data(), c, yp};
+    for (int64_t r : {int64_t{0}, int64_t{1}, rows - 1})
+      for (int64_t p = 0; p < c / kVec; ++p) {
+        float a[kVec], b[kVec], ga[kVec], gb[kVec];
+        stats_p(r, p * kVec, a, b);
+        grads_p(r, p * kVec, ga, gb);
+        for (int j = 0; j < kVec; ++j) {
+          float u, v, gu, gv;
+          stats(r, p * kVec + j, u, v);
+          grads(r, p * kVec + j, gu, gv);
+          EXPECT_EQ(std::memcmp(&u, &a[j], 4) | std::memcmp(&v, &b[j], 4), 0) << "stats, row " << r;
+          EXPECT_EQ(std::memcmp(&gu, &ga[j], 4) | std::memcmp(&gv, &gb[j], 4), 0) << "gradient stats, row " << r;
+        }
+      }
+    kernels::BnSumsLayout l;
+    ASSERT_TRUE(kernels::bn_sums_layout(rows, c, kVec, l));
+    std::vector<double> want(static_cast<size_t>(2 * c), 0.5), got = want;  // sums add to what is there
+    kernels::host_channel_sums(2, rows, c, grads, want.data());
+    kernels::channel_sums_packed<kVec>(Stream::host(2), rows, c, l, grads_p, got.data());
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(CudaFunctors, PackedChannelSumsGiveTheScalarSums) {
+  expect_packed_sums_are_scalar<float, F32>();
+  expect_packed_sums_are_scalar<uint16_t, kernels::F16Codec>();
+  expect_packed_sums_are_scalar<uint16_t, kernels::BF16Codec>();
+}
+
+// Walks every block and thread of the packed channel sums' layout as the CUDA kernel runs
+// them: each (row, pack) is summed by exactly one thread, and each thread's sums are
+// totalled once per value of its pack by the thread that owns that channel.
+TEST(CudaFunctors, PackedChannelSumsLayoutCoversEveryValueOnce) {
+  struct Case {
+    int64_t rows, channels;
+    int vec;
+  };
+  for (Case k :
+       {Case{1000, 64, 8}, Case{77, 256, 8}, Case{3, 2048, 8}, Case{513, 16, 4}, Case{130, 96, 4}, Case{5, 8, 8}}) {
+    SCOPED_TRACE(testing::Message() << k.rows << " rows, " << k.channels << " channels, packs of " << k.vec);
+    kernels::BnSumsLayout l;
+    ASSERT_TRUE(kernels::bn_sums_layout(k.rows, k.channels, k.vec, l));
+    EXPECT_EQ(l.row_lanes * l.q, 256);
+    std::vector<int> seen(static_cast<size_t>(k.rows * l.packs), 0);
+    for (unsigned bx = 0; bx < l.grid_x; ++bx)
+      for (unsigned by = 0; by < l.grid_y; ++by) {
+        std::vector<int64_t> pack_of(256, -1);
+        for (unsigned ty = 0; ty < 8; ++ty)
+          for (unsigned tx = 0; tx < 32; ++tx) {
+            const kernels::BnSumsShare s = kernels::bn_sums_share(l, k.rows, bx, by, tx, ty);
+            pack_of[ty * 32 + tx] = s.pack;
+            if (s.pack < 0) continue;
+            EXPECT_EQ(s.stride, l.row_lanes);
+            for (int64_t r = s.first; r < s.end; r += s.stride) ++seen[static_cast<size_t>(r * l.packs + s.pack)];
+          }
+        // The kernel's totals: thread t < q·vec reads lanes t / vec + m·q of each warp.
+        for (int t = 0; t < l.q * k.vec; ++t) {
+          const int pq = t / k.vec;
+          const int64_t pack = static_cast<int64_t>(bx) * l.q + pq;
+          for (int y = 0; y < 8; ++y)
+            for (int x = pq; x < 32; x += l.q)
+              EXPECT_EQ(pack_of[static_cast<size_t>(y * 32 + x)], pack < l.packs ? pack : -1)
+                  << "a total reads a thread of another pack";
+        }
+      }
+    for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i], 1) << "row " << i / l.packs << ", pack " << i % l.packs;
+  }
+  kernels::BnSumsLayout l;
+  EXPECT_FALSE(kernels::bn_sums_layout(10, 6, 8, l));  // not whole packs
+  ASSERT_TRUE(kernels::bn_sums_layout(10, 24, 8, l));  // 3 packs a row: 2 lanes of packs, 16 of rows
+  EXPECT_EQ(l.q, 2);
+  EXPECT_EQ(l.grid_x, 2u);
+  // Rows beyond 65535 blocks of rows: longer runs per thread, still every row.
+  ASSERT_TRUE(kernels::bn_sums_layout(int64_t{1} << 31, 64, 8, l));
+  EXPECT_LE(l.grid_y, 65535u);
+  EXPECT_GE(static_cast<int64_t>(l.grid_y) * l.rows_per_block, int64_t{1} << 31);
+  EXPECT_EQ(l.rows_per_block % l.row_lanes, 0);
+}
+
 TEST(CudaFunctors, PackedBatchNormPassesGiveTheScalarPassesBits) {
   expect_packed_batch_norm_is_scalar<float, F32>();
   expect_packed_batch_norm_is_scalar<uint16_t, kernels::F16Codec>();
