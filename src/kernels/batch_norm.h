@@ -60,12 +60,12 @@ struct BnStats {
 
 // The gradient reaching the batch norm at element i: dy, or with a folded relu of output
 // y, the relu's gradient.
+COHORT_HD float bn_grad(float dy, bool relu, float out) {
+  return relu ? act_backward(Act::kRelu, 0.f, out, out, dy) : dy;
+}
 template <typename S, typename C>
 COHORT_HD float bn_grad_in(const S* dy, const S* y, int64_t i) {
-  const float g = C::load(dy[i]);
-  if (!y) return g;
-  const float out = C::load(y[i]);
-  return act_backward(Act::kRelu, 0.f, out, out, g);
+  return bn_grad(C::load(dy[i]), y != nullptr, y ? C::load(y[i]) : 0.f);
 }
 
 // ... in the backward pass: g = bn_grad_in, and g·(x − mean).
@@ -249,13 +249,7 @@ struct BnBackwardDataPacked {
     Pack<S, kVec> yv{};
     if (y) yv = load_pack<S, kVec>(y + i);
     float g[kVec];
-    for (int k = 0; k < kVec; ++k) {
-      g[k] = C::load(dyv.v[k]);
-      if (y) {
-        const float out = C::load(yv.v[k]);
-        g[k] = act_backward(Act::kRelu, 0.f, out, out, g[k]);
-      }
-    }
+    for (int k = 0; k < kVec; ++k) g[k] = bn_grad(C::load(dyv.v[k]), y != nullptr, C::load(yv.v[k]));
     if (dx) {
       const int64_t c = channel_of(i, channels);
       const Pack<S, kVec> xv = load_pack<S, kVec>(x + i);
@@ -307,11 +301,7 @@ struct BnGradStatsPacked {
     if (y) yv = load_pack<S, kVec>(y + i);
     const Pack<float, kVec> m = load_pack<float, kVec>(mean + c0);
     for (int j = 0; j < kVec; ++j) {
-      float g = C::load(dyv.v[j]);
-      if (y) {
-        const float out = C::load(yv.v[j]);
-        g = act_backward(Act::kRelu, 0.f, out, out, g);
-      }
+      const float g = bn_grad(C::load(dyv.v[j]), y != nullptr, C::load(yv.v[j]));
       a[j] = g;
       b[j] = g * (C::load(xv.v[j]) - m.v[j]);
     }
@@ -372,32 +362,48 @@ void launch_channel_sums_packed(void* stream, int64_t rows, int64_t channels, co
                                 double* sums);
 }  // namespace cuda
 
-// sums[c] += Σ_rows a and sums[C + c] += Σ_rows b of map(row, c, a, b), for every channel
-// c, on a host team of `threads` (channels split across it; rows summed as the device
-// does: f32 over kBnRowsPerThread rows, f64 across).
-template <typename Map>
-void host_channel_sums(int threads, int64_t rows, int64_t channels, const Map& map, double* sums) {
-  parallel_chunks(threads, channels * kBnRowsPerThread, [&](int64_t lo, int64_t hi) {
-    // [lo, hi) counts kBnRowsPerThread units per channel: channel c is this chunk's if its
-    // first unit c·kBnRowsPerThread is
-    const int64_t first = (lo + kBnRowsPerThread - 1) / kBnRowsPerThread;
-    for (int64_t c = first; c < (hi + kBnRowsPerThread - 1) / kBnRowsPerThread; ++c) {
-      double ta = 0, tb = 0;
+// The host's channel sums over kVec-channel packs: map(row, c0, a, b) fills a[kVec] and
+// b[kVec] for channels c0 ... c0 + kVec − 1; sums[c] += Σ_rows a and sums[C + c] += Σ_rows b,
+// on a team of `threads` (packs split across it; rows summed as the device does: f32
+// over kBnRowsPerThread rows, f64 across).
+template <int kVec, typename Map>
+void host_pack_sums(int threads, int64_t rows, int64_t channels, const Map& map, double* sums) {
+  const int64_t packs = channels / kVec;
+  parallel_chunks(threads, packs * kBnRowsPerThread, [&](int64_t lo, int64_t hi) {
+    // [lo, hi) counts kBnRowsPerThread units per pack: pack p is this chunk's if its first
+    // unit p·kBnRowsPerThread is
+    for (int64_t p = (lo + kBnRowsPerThread - 1) / kBnRowsPerThread; p < (hi + kBnRowsPerThread - 1) / kBnRowsPerThread;
+         ++p) {
+      double ta[kVec] = {}, tb[kVec] = {};
       for (int64_t r0 = 0; r0 < rows; r0 += kBnRowsPerThread) {
-        float pa = 0, pb = 0;
+        float pa[kVec] = {}, pb[kVec] = {};
         for (int64_t r = r0; r < std::min(rows, r0 + kBnRowsPerThread); ++r) {
-          float a, b;
-          map(r, c, a, b);
-          pa += a;
-          pb += b;
+          float a[kVec], b[kVec];
+          map(r, p * kVec, a, b);
+          for (int j = 0; j < kVec; ++j) {
+            pa[j] += a[j];
+            pb[j] += b[j];
+          }
         }
-        ta += pa;
-        tb += pb;
+        for (int j = 0; j < kVec; ++j) {
+          ta[j] += pa[j];
+          tb[j] += pb[j];
+        }
       }
-      sums[c] += ta;
-      sums[channels + c] += tb;
+      for (int j = 0; j < kVec; ++j) {
+        sums[p * kVec + j] += ta[j];
+        sums[channels + p * kVec + j] += tb[j];
+      }
     }
   });
+}
+
+// sums[c] += Σ_rows a and sums[C + c] += Σ_rows b of map(row, c, a, b), for every channel
+// c, on a host team of `threads` (host_pack_sums with packs of one channel).
+template <typename Map>
+void host_channel_sums(int threads, int64_t rows, int64_t channels, const Map& map, double* sums) {
+  host_pack_sums<1>(
+      threads, rows, channels, [&](int64_t r, int64_t c, float* a, float* b) { map(r, c, a[0], b[0]); }, sums);
 }
 
 // host_channel_sums' work, ordered on `stream`; `sums` lives on the stream's device.
@@ -430,31 +436,52 @@ void channel_sums_packed(const Stream& stream, int64_t rows, int64_t channels, c
     no_cuda_kernels();
 #endif
   }
-  parallel_chunks(stream.threads(), l.packs * kBnRowsPerThread, [&](int64_t lo, int64_t hi) {
-    for (int64_t p = (lo + kBnRowsPerThread - 1) / kBnRowsPerThread; p < (hi + kBnRowsPerThread - 1) / kBnRowsPerThread;
-         ++p) {
-      double ta[kVec] = {}, tb[kVec] = {};
-      for (int64_t r0 = 0; r0 < rows; r0 += kBnRowsPerThread) {
-        float pa[kVec] = {}, pb[kVec] = {};
-        for (int64_t r = r0; r < std::min(rows, r0 + kBnRowsPerThread); ++r) {
-          float a[kVec], b[kVec];
-          map(r, p * kVec, a, b);
-          for (int j = 0; j < kVec; ++j) {
-            pa[j] += a[j];
-            pb[j] += b[j];
-          }
-        }
-        for (int j = 0; j < kVec; ++j) {
-          ta[j] += pa[j];
-          tb[j] += pb[j];
-        }
-      }
-      for (int j = 0; j < kVec; ++j) {
-        sums[p * kVec + j] += ta[j];
-        sums[channels + p * kVec + j] += tb[j];
-      }
-    }
-  });
+  host_pack_sums<kVec>(stream.threads(), rows, channels, map, sums);
+}
+
+// The steps of kernels/batch_norm.h for a stream, each in its packed form where the
+// channels and the buffers allow (bn_packs_fit), value by value otherwise.
+
+// The forward channel sums of x (BnStats).
+template <typename S, typename C>
+void bn_stats_sums(const Stream& stream, int64_t rows, int64_t channels, const S* x, double* sums) {
+  BnSumsLayout l;
+  if (bn_packs_fit<S>(channels, {x}) && bn_sums_layout(rows, channels, kBnPack<S>, l))
+    channel_sums_packed<kBnPack<S>>(stream, rows, channels, l, BnStatsPacked<S, C>{x, channels}, sums);
+  else
+    channel_sums(stream, rows, channels, BnStats<S, C>{x, channels}, sums);
+}
+
+// The backward channel sums (BnGradStats).
+template <typename S, typename C>
+void bn_grad_sums(const Stream& stream, int64_t rows, int64_t channels, const S* x, const S* dy, const float* mean,
+                  const S* y, double* sums) {
+  BnSumsLayout l;
+  if (bn_packs_fit<S>(channels, {x, dy, mean, y}) && bn_sums_layout(rows, channels, kBnPack<S>, l))
+    channel_sums_packed<kBnPack<S>>(stream, rows, channels, l, BnGradStatsPacked<S, C>{x, dy, mean, channels, y}, sums);
+  else
+    channel_sums(stream, rows, channels, BnGradStats<S, C>{x, dy, mean, channels, y}, sums);
+}
+
+// BnAffine over n values.
+template <typename S, typename C>
+void bn_affine(const Stream& stream, int64_t n, int64_t channels, bool relu, S* y, const S* x, const float* coef,
+               const S* z) {
+  if (bn_packs_fit<S>(channels, {y, x, coef, z}))
+    for_each(stream, n / kBnPack<S>, BnAffinePacked<S, C>{channels, relu}, y, x, coef, z);
+  else
+    for_each(stream, n, BnAffine<S, C>{channels, relu}, y, x, coef, z);
+}
+
+// BnBackwardData over n values.
+template <typename S, typename C>
+void bn_backward_data(const Stream& stream, int64_t n, const BnBackwardData<S, C>& f, S* dx, const S* dy, const S* x,
+                      const float* coef, const S* y, S* dz) {
+  if (bn_packs_fit<S>(f.channels, {dx, dy, x, coef, y, dz}))
+    for_each(stream, n / kBnPack<S>, BnBackwardDataPacked<S, C>{f.channels, f.accumulate, f.z_accumulate}, dx, dy, x,
+             coef, y, dz);
+  else
+    for_each(stream, n, f, dx, dy, x, coef, y, dz);
 }
 
 }  // namespace cohort::kernels

@@ -30,25 +30,19 @@ struct PoolGeometry {
     const I cc = static_cast<I>(c);
     return nhwc ? ((b * h + y) * w + x) * cc + ch : ((b * cc + ch) * h + y) * w + x;
   }
-  // (n, c, y, x) of index i in a value of `h` × `w` pixels.
+  // (n, c, y, x) of index i in a value of `h` × `w` pixels: i split digit by digit,
+  // innermost dimension first.
   template <typename I>
   COHORT_HD void coords(I i, I h, I w, I& b, I& ch, I& y, I& x) const {
     const I cc = static_cast<I>(c);
-    if (nhwc) {
-      const I pixel = i / cc;
-      ch = i - pixel * cc;
-      const I row = pixel / w;
-      x = pixel - row * w;
-      b = row / h;
-      y = row - b * h;
-    } else {
-      const I plane = i / w;
-      x = i - plane * w;
-      const I rows = plane / h;
-      y = plane - rows * h;
-      b = rows / cc;
-      ch = rows - b * cc;
-    }
+    b = nhwc ? split(split(split(i, cc, ch), w, x), h, y) : split(split(split(i, w, x), h, y), cc, ch);
+  }
+  // v / d, leaving v % d in `rest` (one division).
+  template <typename I>
+  COHORT_HD static I split(I v, I d, I& rest) {
+    const I q = v / d;
+    rest = v - q * d;
+    return q;
   }
 };
 

@@ -198,13 +198,7 @@ class BatchNormLayer final : public CudaLayer {
           const int64_t rows = in().numel() / c;
           double* sums = sums_.data_as<double>();
           zero(sums_, cstream());
-          // Whole 16-byte packs of the rows where the channels allow, value by value otherwise.
-          kernels::BnSumsLayout l;
-          if (kernels::bn_packs_fit<S>(c, {in().cxs<S>()}) && kernels::bn_sums_layout(rows, c, kernels::kBnPack<S>, l))
-            kernels::channel_sums_packed<kernels::kBnPack<S>>(cstream(), rows, c, l,
-                                                              kernels::BnStatsPacked<S, C>{in().cxs<S>(), c}, sums);
-          else
-            kernels::channel_sums(cstream(), rows, c, kernels::BnStats<S, C>{in().cxs<S>(), c}, sums);
+          kernels::bn_stats_sums<S, C>(cstream(), rows, c, in().cxs<S>(), sums);
           kernels::for_each(cstream(), c,
                             kernels::BnForwardFinalize<S, C>{sums, in().cxs<S>(), plan_.param(spec_.params[0]),
                                                              plan_.param(spec_.params[1]), plan_.state(spec_.states[0]),
@@ -217,14 +211,8 @@ class BatchNormLayer final : public CudaLayer {
                                                          plan_.state(spec_.states[0]), plan_.state(spec_.states[1]),
                                                          coef_.data_as<float>(), c, spec_.eps});
         }
-        S* y = out().xs<S>();
-        const S* x = in().cxs<S>();
-        const S* z = z_ ? z_->cxs<S>() : nullptr;
-        if (kernels::bn_packs_fit<S>(c, {y, x, coef, z}))
-          kernels::for_each(cstream(), out().numel() / kernels::kBnPack<S>, kernels::BnAffinePacked<S, C>{c, fused_}, y,
-                            x, coef, z);
-        else
-          kernels::for_each(cstream(), out().numel(), kernels::BnAffine<S, C>{c, fused_}, y, x, coef, z);
+        kernels::bn_affine<S, C>(cstream(), out().numel(), c, fused_, out().xs<S>(), in().cxs<S>(), coef,
+                                 z_ ? z_->cxs<S>() : nullptr);
       }});
     });
   }
@@ -244,31 +232,16 @@ class BatchNormLayer final : public CudaLayer {
         const float* mean = saved_mean_.data_as<float>();
         const S* y = fused_ ? out().cxs<S>() : nullptr;
         zero(sums_, cstream());
-        kernels::BnSumsLayout l;
-        if (kernels::bn_packs_fit<S>(c, {in().cxs<S>(), out().cdxs<S>(), mean, y}) &&
-            kernels::bn_sums_layout(rows, c, kernels::kBnPack<S>, l))
-          kernels::channel_sums_packed<kernels::kBnPack<S>>(
-              cstream(), rows, c, l, kernels::BnGradStatsPacked<S, C>{in().cxs<S>(), out().cdxs<S>(), mean, c, y},
-              sums);
-        else
-          kernels::channel_sums(cstream(), rows, c,
-                                kernels::BnGradStats<S, C>{in().cxs<S>(), out().cdxs<S>(), mean, c, y}, sums);
+        kernels::bn_grad_sums<S, C>(cstream(), rows, c, in().cxs<S>(), out().cdxs<S>(), mean, y, sums);
         kernels::for_each(cstream(), c,
                           kernels::BnBackwardFinalize{sums, plan_.param(spec_.params[0]), mean,
                                                       saved_inv_var_.data_as<float>(), plan_.grad(spec_.params[0]),
                                                       plan_.grad(spec_.params[1]), coef_.data_as<float>(), rows, c});
         S* dx = wanted ? in().dxs<S>() : nullptr;
         S* dz = z_wanted ? z_->dxs<S>() : nullptr;
-        const S* dy = out().cdxs<S>();
-        const S* x = in().cxs<S>();
-        const float* coef = coef_.data_as<float>();
-        if (!dx && !dz) return;
-        if (kernels::bn_packs_fit<S>(c, {dx, dy, x, coef, y, dz}))
-          kernels::for_each(cstream(), in().numel() / kernels::kBnPack<S>,
-                            kernels::BnBackwardDataPacked<S, C>{c, acc, z_acc}, dx, dy, x, coef, y, dz);
-        else
-          kernels::for_each(cstream(), in().numel(), kernels::BnBackwardData<S, C>{c, acc, z_acc}, dx, dy, x, coef, y,
-                            dz);
+        if (dx || dz)
+          kernels::bn_backward_data<S, C>(cstream(), in().numel(), {c, acc, z_acc}, dx, out().cdxs<S>(), in().cxs<S>(),
+                                          coef_.data_as<float>(), y, dz);
       }});
     });
     plan_.ready(bwd, spec_.params);

@@ -360,13 +360,13 @@ struct BatchNormTest {
     std::vector<float> coef(static_cast<size_t>(4 * c)), saved_mean(c), saved_inv(c), mean = mean0, var = var0;
     std::vector<float> dgamma(c), dbeta(c);
     std::vector<S> y(x.size()), dx(x.size()), dz(x.size());
-    kernels::host_channel_sums(1, rows, c, kernels::BnStats<S, C>{xs.data(), c}, sums.data());
+    // Through the entries the plan calls (5 channels: value by value).
+    kernels::bn_stats_sums<S, C>(Stream::host(1), rows, c, xs.data(), sums.data());
     kernels::host_for_each(
         1, c,
         kernels::BnForwardFinalize<S, C>{sums.data(), xs.data(), gamma.data(), beta.data(), mean.data(), var.data(),
                                          saved_mean.data(), saved_inv.data(), coef.data(), rows, c, eps, momentum});
-    kernels::host_for_each(1, count, kernels::BnAffine<S, C>{c, fold != Fold::kNone}, y.data(), xs.data(),
-                           static_cast<const float*>(coef.data()), z);
+    kernels::bn_affine<S, C>(Stream::host(1), count, c, fold != Fold::kNone, y.data(), xs.data(), coef.data(), z);
     // y + z reaches 10 (tolerances are for values ~2)
     expect_near(from_form<S, C>(y, c, hw, true), cpu_y, z ? tol * 4 : tol, "batch norm forward");
     expect_near(mean, cpu_mean, tol * offset, "running mean");  // relative to the mean
@@ -374,13 +374,13 @@ struct BatchNormTest {
 
     const S* relu_out = fold == Fold::kNone ? nullptr : y.data();
     std::fill(sums.begin(), sums.end(), 0.0);
-    kernels::host_channel_sums(
-        1, rows, c, kernels::BnGradStats<S, C>{xs.data(), dys.data(), saved_mean.data(), c, relu_out}, sums.data());
+    kernels::bn_grad_sums<S, C>(Stream::host(1), rows, c, xs.data(), dys.data(), saved_mean.data(), relu_out,
+                                sums.data());
     kernels::host_for_each(1, c,
                            kernels::BnBackwardFinalize{sums.data(), gamma.data(), saved_mean.data(), saved_inv.data(),
                                                        dgamma.data(), dbeta.data(), coef.data(), rows, c});
-    kernels::host_for_each(1, count, kernels::BnBackwardData<S, C>{c, false, false}, dx.data(), dys.data(), xs.data(),
-                           static_cast<const float*>(coef.data()), relu_out, z ? dz.data() : nullptr);
+    kernels::bn_backward_data<S, C>(Stream::host(1), count, {c, false, false}, dx.data(), dys.data(), xs.data(),
+                                    coef.data(), relu_out, z ? dz.data() : nullptr);
     std::vector<float> input_grad = from_form<S, C>(dx, c, hw, true);
     if (z) {
       const std::vector<float> zg = from_form<S, C>(dz, c, hw, true);
@@ -446,6 +446,9 @@ void expect_packed_batch_norm_is_scalar() {
       kernels::host_for_each(1, count / kVec, kernels::BnAffinePacked<S, C>{c, relu}, b.data(), x.data(), coef.data(),
                              zp);
       same(a, b, "affine");
+      std::vector<S> chosen(x.size());  // the entry the plan calls: packed here
+      kernels::bn_affine<S, C>(Stream::host(1), count, c, relu, chosen.data(), x.data(), coef.data(), zp);
+      same(a, chosen, "bn_affine");
     }
   for (const S* yp : {static_cast<const S*>(nullptr), y.data()})
     for (bool want_dx : {false, true})
@@ -460,6 +463,11 @@ void expect_packed_batch_norm_is_scalar() {
                                  want_dx ? dx_b.data() : nullptr, dy.data(), x.data(), coef.data(), yp,
                                  want_dz ? dz_b.data() : nullptr);
           same(dx_a, dx_b, "input gradient");
+          std::vector<S> dx_c = values(0.4f, 0.1f), dz_c = values(0.3f, -0.2f);
+          kernels::bn_backward_data<S, C>(Stream::host(1), count, {c, acc, !acc}, want_dx ? dx_c.data() : nullptr,
+                                          dy.data(), x.data(), coef.data(), yp, want_dz ? dz_c.data() : nullptr);
+          same(dx_a, dx_c, "bn_backward_data's input gradient");
+          same(dz_a, dz_c, "bn_backward_data's z gradient");
           same(dz_a, dz_b, "z's gradient");
         }
   // Where packs do not fit: channels not a multiple of the pack, a pointer off 16 bytes.
@@ -526,6 +534,14 @@ void expect_packed_sums_are_scalar() {
     std::vector<double> want(static_cast<size_t>(2 * c), 0.5), got = want;  // sums add to what is there
     kernels::host_channel_sums(2, rows, c, grads, want.data());
     kernels::channel_sums_packed<kVec>(Stream::host(2), rows, c, l, grads_p, got.data());
+    EXPECT_EQ(got, want);
+    got.assign(got.size(), 0.5);  // the entries the plan calls: packed here
+    kernels::bn_grad_sums<S, C>(Stream::host(2), rows, c, x.data(), dy.data(), mean.data(), yp, got.data());
+    EXPECT_EQ(got, want);
+    want.assign(want.size(), 0.0);
+    got.assign(got.size(), 0.0);
+    kernels::host_channel_sums(2, rows, c, stats, want.data());
+    kernels::bn_stats_sums<S, C>(Stream::host(2), rows, c, x.data(), got.data());
     EXPECT_EQ(got, want);
   }
 }
