@@ -112,6 +112,14 @@ struct ReduceItem {
   Map map;
 };
 
+// One tensor's share of reduce_each_into: map(i) for i in [0, n), combined into *out.
+template <typename T, typename Map>
+struct ReduceToItem {
+  int64_t n;
+  Map map;
+  T* out;
+};
+
 namespace cuda {
 // Defined in src/kernels/cuda/launch.cuh; each functor family instantiates what it
 // uses in a .cu file of src/kernels/cuda/. Launch errors throw kCuda.
@@ -122,7 +130,7 @@ void launch_reduce_into(void* stream, int64_t n, Map map, Combine combine, T* ou
 template <typename F, typename... Args>
 void launch_for_each_list(void* stream, std::span<const ForEachItem<F, Args...>> items);
 template <typename T, typename Map, typename Combine>
-void launch_reduce_list_into(void* stream, std::span<const ReduceItem<Map>> items, Combine combine, T* out);
+void launch_reduce_each_into(void* stream, std::span<const ReduceToItem<T, Map>> items, Combine combine);
 }  // namespace cuda
 
 [[noreturn]] inline void no_cuda_kernels() {
@@ -187,8 +195,8 @@ void host_reduce_into(int threads, int64_t n, const Map& map, const Combine& com
 // `out` lives on the stream's device and holds the identity (or an earlier result) of
 // `combine`, which must be associative and commutative. map(i) may write element i of
 // its own buffers (a scaling pass that also checks its results). T is 4 or 8 bytes
-// (the CUDA kernel combines into *out with atomicCAS). On the host the order of the
-// combination is fixed for a given thread count.
+// (the CUDA kernel combines into *out with atomicCAS, or atomicAdd for a sum: kSum).
+// On the host the order of the combination is fixed for a given thread count.
 template <typename T, typename Map, typename Combine>
 void reduce_into(const Stream& stream, int64_t n, const Map& map, const Combine& combine, T* out) {
   static_assert(sizeof(T) == 4 || sizeof(T) == 8, "reduce_into combines 4- or 8-byte values");
@@ -231,13 +239,34 @@ void reduce_list_into(const Stream& stream, const std::vector<ReduceItem<Map>>& 
   if (items.empty()) return;
   if (stream.device().kind == Device::Kind::kCuda) {
 #if COHORT_HAVE_CUDA
-    cuda::launch_reduce_list_into<T>(stream.native(), std::span<const ReduceItem<Map>>(items), combine, out);
+    std::vector<ReduceToItem<T, Map>> to;
+    to.reserve(items.size());
+    for (const ReduceItem<Map>& item : items) to.push_back({item.n, item.map, out});
+    cuda::launch_reduce_each_into<T>(stream.native(), std::span<const ReduceToItem<T, Map>>(to), combine);
     return;
 #else
     no_cuda_kernels();
 #endif
   }
   for (const ReduceItem<Map>& item : items) host_reduce_into(stream.threads(), item.n, item.map, combine, out);
+}
+
+// reduce_into for each item of a list into the item's own *out (the same rules), in a
+// few launches: per-tensor sums (the LARS norms) that the host reads back at once.
+template <typename T, typename Map, typename Combine>
+void reduce_each_into(const Stream& stream, const std::vector<ReduceToItem<T, Map>>& items, const Combine& combine) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "reduce_each_into combines 4- or 8-byte values");
+  if (items.empty()) return;
+  if (stream.device().kind == Device::Kind::kCuda) {
+#if COHORT_HAVE_CUDA
+    cuda::launch_reduce_each_into<T>(stream.native(), std::span<const ReduceToItem<T, Map>>(items), combine);
+    return;
+#else
+    no_cuda_kernels();
+#endif
+  }
+  for (const ReduceToItem<T, Map>& item : items)
+    host_reduce_into(stream.threads(), item.n, item.map, combine, item.out);
 }
 
 }  // namespace cohort::kernels

@@ -125,8 +125,10 @@ struct SquareF64 {
   COHORT_HD double operator()(int64_t i) const { return static_cast<double>(x[i]) * static_cast<double>(x[i]); }
 };
 
-// The combination of reduce_into's sums.
+// The combination of reduce_into's sums (kSum: a GPU adds a block's sum to the total
+// with its atomic add, and not at all where the sum is zero).
 struct Plus {
+  static constexpr bool kSum = true;
   template <typename T>
   COHORT_HD T operator()(T a, T b) const {
     return a + b;

@@ -146,17 +146,27 @@ void Optimizer::step(std::span<const ParamGrad> params, double lr, const Stream&
   ++steps_;
 }
 
-double Optimizer::l2_norm(const Tensor& t, const Stream& stream) const {
-  const kernels::SquareF64 square{t.data_as<float>()};
-  if (stream.is_host()) {
-    double sum = 0;
-    kernels::reduce_into(stream, t.numel(), square, kernels::Plus{}, &sum);
-    return std::sqrt(sum);
+std::vector<double> Optimizer::norms(std::span<const ParamGrad> params, const std::vector<char>& wanted,
+                                     const Stream& stream) const {
+  const size_t n = params.size();
+  std::vector<double> sums(2 * n, 0.0);
+  double* out = sums.data();
+  Tensor on_device;  // the sums, where the stream is a device's
+  if (!stream.is_host() && n > 0) {
+    on_device = Tensor::empty_like(params.front().grad, {static_cast<int64_t>(2 * n)}, DType::kF64, stream);
+    zero(on_device, stream);
+    out = on_device.data_as<double>();
   }
-  Tensor sum = Tensor::empty_like(t, {1}, DType::kF64, stream);
-  zero(sum, stream);
-  kernels::reduce_into(stream, t.numel(), square, kernels::Plus{}, sum.data_as<double>());
-  return std::sqrt(*to_host(sum, stream).data_as<double>());
+  std::vector<kernels::ReduceToItem<double, kernels::SquareF64>> items;
+  for (size_t k = 0; k < n; ++k) {
+    if (!wanted[k]) continue;
+    items.push_back({params[k].param.numel(), {params[k].param.data_as<float>()}, out + 2 * k});
+    items.push_back({params[k].grad.numel(), {params[k].grad.data_as<float>()}, out + 2 * k + 1});
+  }
+  kernels::reduce_each_into(stream, items, kernels::Plus{});
+  if (out != sums.data()) std::copy_n(to_host(on_device, stream).data_as<double>(), 2 * n, sums.begin());
+  for (double& s : sums) s = std::sqrt(s);
+  return sums;
 }
 
 // Every parameter's update as one list pass (kernels::for_each_list: a few launches on a
@@ -200,14 +210,16 @@ void Optimizer::update(std::span<const ParamGrad> params, double lr, const Strea
       return;
     }
     case OptimizerKind::kLars: {
-      // Every trust ratio from the parameters and gradients as they are, then the updates.
+      // Every trust ratio from the parameters and gradients as they are (all norms in
+      // one pass), then the updates.
+      std::vector<char> adapted;
+      for (const ParamGrad& p : params) adapted.push_back(!(o.lars_exclude_1d && p.param.ndim() <= 1));
+      const std::vector<double> norm = norms(params, adapted, stream);
       std::vector<kernels::ForEachItem<kernels::LarsUpdate, float*, const float*, float*>> items;
-      for (const ParamGrad& p : params) {
-        const bool excluded = o.lars_exclude_1d && p.param.ndim() <= 1;
-        const double wd = excluded ? 0.0 : o.weight_decay;
-        const double trust =
-            excluded ? 1.0
-                     : kernels::lars_trust_ratio(l2_norm(p.param, stream), l2_norm(p.grad, stream), o.lars_eta, wd);
+      for (size_t k = 0; k < params.size(); ++k) {
+        const ParamGrad& p = params[k];
+        const double wd = adapted[k] ? o.weight_decay : 0.0;
+        const double trust = adapted[k] ? kernels::lars_trust_ratio(norm[2 * k], norm[2 * k + 1], o.lars_eta, wd) : 1.0;
         items.push_back({p.param.numel(),
                          kernels::LarsUpdate{static_cast<float>(lr * trust), static_cast<float>(o.momentum),
                                              static_cast<float>(wd)},

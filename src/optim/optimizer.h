@@ -83,7 +83,10 @@ class Optimizer {
  private:
   Tensor& state_for(const ParamGrad& p, std::string_view suffix, const Stream& stream);
   void update(std::span<const ParamGrad> params, double lr, const Stream& stream);
-  double l2_norm(const Tensor& t, const Stream& stream) const;
+  // ‖w‖ at 2·k and ‖∇w‖ at 2·k + 1 for each parameter k that `wanted` marks (0 for the
+  // others): one list pass, one read-back.
+  std::vector<double> norms(std::span<const ParamGrad> params, const std::vector<char>& wanted,
+                            const Stream& stream) const;
 
   OptimizerOptions options_;
   int64_t steps_ = 0;

@@ -18,13 +18,15 @@ __global__ void channel_sums_kernel(int64_t rows, int64_t channels, int64_t rows
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
   const int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
   float a = 0.f, b = 0.f;
-  if (c < channels)
+  if (c < channels) {
+#pragma unroll 4
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
       float u, v;
       map(r, c, u, v);
       a += u;
       b += v;
     }
+  }
   pa[threadIdx.y][threadIdx.x] = a;
   pb[threadIdx.y][threadIdx.x] = b;
   __syncthreads();
@@ -48,7 +50,10 @@ __global__ void channel_sums_packed_kernel(int64_t rows, int64_t channels, BnSum
   const unsigned t = threadIdx.y * kLanes + threadIdx.x;
   const BnSumsShare s = bn_sums_share(l, rows, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
   float a[kVec] = {}, b[kVec] = {};
-  if (s.pack >= 0)
+  // Unrolled so that a thread has several rows' loads in flight: the loop is bound by
+  // memory latency, and the sums keep their order.
+  if (s.pack >= 0) {
+#pragma unroll 4
     for (int64_t r = s.first; r < s.end; r += s.stride) {
       float u[kVec], v[kVec];
       map(r, s.pack * kVec, u, v);
@@ -57,6 +62,7 @@ __global__ void channel_sums_packed_kernel(int64_t rows, int64_t channels, BnSum
         b[j] += v[j];
       }
     }
+  }
   for (int j = 0; j < kVec; ++j) {
     pa[t][j] = a[j];
     pb[t][j] = b[j];

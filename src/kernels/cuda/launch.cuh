@@ -63,6 +63,15 @@ __device__ void atomic_combine(T* out, T value, Combine combine) {
   } while (old != assumed);
 }
 
+// Whether the block's result joins *out through the hardware's atomic add: a sum
+// (Combine::kSum) of a type atomicAdd takes. A compare-and-swap loop on one address
+// retries under contention, which a reduction's many blocks would meet.
+template <typename T, typename Combine>
+constexpr bool kAtomicSum = requires {
+  Combine::kSum;
+}
+&&(std::is_same_v<T, unsigned int> || std::is_same_v<T, float> || std::is_same_v<T, double>);
+
 // Combines each thread's `acc` (where `have`) across the block, then the block's result
 // into *out. Every thread of the block calls it.
 template <typename T, typename Combine>
@@ -81,7 +90,12 @@ __device__ void block_combine_into(T acc, bool have, Combine combine, T* out) {
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0 && has[0]) atomic_combine(out, partial[0], combine);
+  if (threadIdx.x != 0 || !has[0]) return;
+  if constexpr (kAtomicSum<T, Combine>) {
+    if (partial[0] != T{}) atomicAdd(out, partial[0]);  // adding zero changes nothing
+  } else {
+    atomic_combine(out, partial[0], combine);
+  }
 }
 
 template <typename T, typename Map, typename Combine>
@@ -132,24 +146,19 @@ __global__ void for_each_list_kernel(__grid_constant__ const ListLaunch<kItems, 
   for (int64_t i = s.first; i < it.n; i += s.stride) call_item(it, i, std::index_sequence_for<Args...>{});
 }
 
-template <typename Map>
-struct ReducePayload {
-  int64_t n;
-  Map map;
-};
-
+// Each item combines into its own output (a block serves one item).
 template <int kItems, typename T, typename Map, typename Combine>
-__global__ void reduce_list_kernel(__grid_constant__ const ListLaunch<kItems, ReducePayload<Map>> l, Combine combine,
-                                   T* out) {
+__global__ void reduce_list_kernel(__grid_constant__ const ListLaunch<kItems, ReduceToItem<T, Map>> l,
+                                   Combine combine) {
   const ListShare s = list_share(l.first_block, l.count, blockIdx.x, blockDim.x, threadIdx.x);
-  const ReducePayload<Map>& it = l.item[s.item];
+  const ReduceToItem<T, Map>& it = l.item[s.item];
   const bool have = s.first < it.n;
   T acc{};
   if (have) {
     acc = it.map(s.first);
     for (int64_t i = s.first + s.stride; i < it.n; i += s.stride) acc = combine(acc, it.map(i));
   }
-  block_combine_into(acc, have, combine, out);
+  block_combine_into(acc, have, combine, it.out);
 }
 
 // Runs launch(l) for each launch of plan_list_launches over `items`; payload(item)
@@ -161,7 +170,7 @@ void in_launches(std::span<const Item> items, Make payload, Launch launch) {
   std::vector<int64_t> n;
   n.reserve(items.size());
   for (const Item& item : items) n.push_back(item.n);
-  ListLaunch<kItems, Payload> l;
+  ListLaunch<kItems, Payload> l{};  // unused slots travel as zeros
   for (const ListLaunchPlan& plan : plan_list_launches(n, kItems, kBlock)) {
     l.count = static_cast<int>(plan.items.size());
     for (size_t k = 0; k < plan.items.size(); ++k) l.item[k] = payload(items[plan.items[k]]);
@@ -195,17 +204,14 @@ void launch_for_each_list(void* stream, std::span<const ForEachItem<F, Args...>>
 }
 
 template <typename T, typename Map, typename Combine>
-void launch_reduce_list_into(void* stream, std::span<const ReduceItem<Map>> items, Combine combine, T* out) {
-  using Payload = ReducePayload<Map>;
+void launch_reduce_each_into(void* stream, std::span<const ReduceToItem<T, Map>> items, Combine combine) {
+  using Payload = ReduceToItem<T, Map>;
   constexpr int kItems = list_capacity(sizeof(Payload));
   in_launches<kItems, Payload>(
-      items,
-      [](const ReduceItem<Map>& item) {
-        return Payload{item.n, item.map};
-      },
+      items, [](const Payload& item) { return item; },
       [&](const ListLaunch<kItems, Payload>& l, unsigned blocks) {
         reduce_list_kernel<kItems, T, Map, Combine>
-            <<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(l, combine, out);
+            <<<blocks, kBlock, 0, static_cast<cudaStream_t>(stream)>>>(l, combine);
         check_launch("a reduction kernel over a list of tensors");
       });
 }

@@ -27,7 +27,9 @@ COHORT_REDUCE(uint32_t, UnscaleCount, Plus)
 COHORT_FOR_EACH_LIST(SgdUpdate, float*, const float*, float*)
 COHORT_FOR_EACH_LIST(AdamUpdate, float*, const float*, float*, float*)
 COHORT_FOR_EACH_LIST(LarsUpdate, float*, const float*, float*)
-template void launch_reduce_list_into<uint32_t, UnscaleCount, Plus>(void*, std::span<const ReduceItem<UnscaleCount>>,
-                                                                    Plus, uint32_t*);
+#define COHORT_REDUCE_EACH(T, Map, Combine) \
+  template void launch_reduce_each_into<T, Map, Combine>(void*, std::span<const ReduceToItem<T, Map>>, Combine);
+COHORT_REDUCE_EACH(uint32_t, UnscaleCount, Plus)
+COHORT_REDUCE_EACH(double, SquareF64, Plus)
 
 }  // namespace cohort::kernels::cuda

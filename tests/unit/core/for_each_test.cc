@@ -132,6 +132,21 @@ TEST(ReduceListInto, CountsAcrossEveryItemIntoOneOutput) {
   EXPECT_EQ(b[0], 0.5f);
 }
 
+TEST(ReduceEachInto, EachItemCombinesIntoItsOwnOutput) {
+  std::vector<float> a(kernels::kSerialBelow * 3 + 1, 0.5f), b(3, 2.0f), c(4, -1.0f);
+  double out[4] = {0.0, 1.0, 7.0, 0.0};  // out[1] holds an earlier sum; out[2] no item's
+  using Item = kernels::ReduceToItem<double, kernels::SquareF64>;
+  const std::vector<Item> items = {{static_cast<int64_t>(a.size()), {a.data()}, &out[0]},
+                                   {static_cast<int64_t>(b.size()), {b.data()}, &out[1]},
+                                   {0, {nullptr}, &out[3]},  // empty: its output stays
+                                   {static_cast<int64_t>(c.size()), {c.data()}, &out[3]}};
+  kernels::reduce_each_into(Stream::host(2), items, kernels::Plus{});
+  EXPECT_EQ(out[0], 0.25 * static_cast<double>(a.size()));
+  EXPECT_EQ(out[1], 1.0 + 3 * 4.0);
+  EXPECT_EQ(out[2], 7.0);
+  EXPECT_EQ(out[3], 4.0);
+}
+
 TEST(ListLaunch, EveryElementOfEveryItemGoesToExactlyOneThread) {
   // Walks each planned launch block by block and thread by thread, as the CUDA kernels
   // do: small and empty items, one larger than its blocks cover in a pass, launches cut
