@@ -159,8 +159,10 @@ class BatchNormLayer final : public CudaLayer {
     check(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, z_td,
                                                                    out().td, bn_, act(), &fwd_bytes),
           "cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize");
-    check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td, out().td, out().td,
-                                                            z_td, in().td, bn_, act(), &bwd_bytes),
+    // The same descriptors as the call: y only where a relu folds in.
+    check(cudnnGetBatchNormalizationBackwardExWorkspaceSize(ctx().cudnn, kFusedMode, ops(), in().td,
+                                                            fused_ ? out().td.get() : nullptr, out().td, z_td, in().td,
+                                                            bn_, act(), &bwd_bytes),
           "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
     check(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(ctx().cudnn, kFusedMode, ops(), act(), in().td,
                                                                &reserve_bytes),
