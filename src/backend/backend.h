@@ -124,6 +124,9 @@ struct BackendOptions {
   Tf32 tf32 = Tf32::kAuto;            // the f32 math policy (math_policy.h)
   bool cuda_graphs = false;           // CUDA: replay the plans' passes from graphs (cuda/step_graphs.h)
   CudaBatchNorm batch_norm = CudaBatchNorm::kAuto;
+  // CUDA: a file keeping cuDNN's convolution choices across runs (cuda/algo_cache.h);
+  // empty: each backend searches afresh.
+  std::string algorithm_cache;
 };
 
 // The backend for `device`: the oneDNN CPU backend for host devices, the CUDA backend

@@ -19,6 +19,7 @@ std::shared_ptr<backend::Backend> make_backend(Runtime& runtime, const Config& c
   o.tf32 = backend::parse_tf32(config.get_string("tf32"));
   o.cuda_graphs = config.get_string("cuda_graphs") == "on";
   o.batch_norm = backend::parse_cuda_batch_norm(config.get_string("cuda_batch_norm"));
+  o.algorithm_cache = config.get_string("cuda_algorithm_cache");
   if (!runtime.device().is_host()) o.memory = runtime.memory().on(runtime.device());
   return backend::make_backend(runtime.device(), threads, o);
 }

@@ -3,6 +3,7 @@
 // applied to cuBLAS here and to each convolution by its plan. Its plans train at f32,
 // f16 and bf16 (bf16 from compute capability 8.0): backend/cuda/plan.h.
 #include "backend/backend.h"
+#include "core/logging.h"
 #include "core/status.h"
 
 #if COHORT_HAVE_CUDA
@@ -42,6 +43,8 @@ class CudaBackend final : public Backend {
                 "cublasSetMathMode");
     stream_ = OwnedStream(Device::cuda(device));
     ctx_.stream = stream_.get();
+    if (!options.algorithm_cache.empty())
+      ctx_.algos.attach(options.algorithm_cache, cat(gpu_name_, " sm_", major_, minor_, " cuDNN ", cudnnGetVersion()));
   }
   ~CudaBackend() override {
     cublasDestroy(ctx_.cublas);
@@ -63,7 +66,13 @@ class CudaBackend final : public Backend {
       fail(Code::kUnsupported, "precision=bf16 is not available on ", name(), " (", gpu_name_, ", sm_", major_, minor_,
            "): it needs compute capability 8.0 or newer (bf16 tensor cores). Use precision=f16 or f32 on it");
     check_bindings(spec, bindings, device());
-    return std::make_unique<cuda::CudaPlan>(ctx_, spec, bindings, options);
+    auto plan = std::make_unique<cuda::CudaPlan>(ctx_, spec, bindings, options);
+    try {
+      ctx_.algos.save();  // the plan's searches are done
+    } catch (const Error& e) {
+      COHORT_LOG_WARN("the convolution algorithms were not kept: ", e.what());
+    }
+    return plan;
   }
 
  private:

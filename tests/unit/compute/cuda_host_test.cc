@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "kernels/optim_update.h"
 #include "kernels/pool.h"
 #include "support/host_views.h"
+#include "support/temp_dir.h"
 
 namespace cohort {
 namespace {
@@ -74,6 +77,128 @@ TEST(AlgoCache, SearchesEachShapeOnceAndTellsPassesAndPoliciesApart) {
   EXPECT_EQ(cache.searches(), 4u);
   EXPECT_EQ(cache.hits(), 1u);
   EXPECT_EQ(k.text(), "fwd in[8, 3, 32, 32] out[8, 16, 32, 32] w[16, 3, 3, 3] k3x3 s1x1 p1x1 d1x1 g1 f32 nchw");
+}
+
+backend::ConvKey conv_key(int64_t batch, backend::ConvPass pass = backend::ConvPass::kForward) {
+  backend::ConvKey k;
+  k.pass = pass;
+  k.input = {batch, 3, 32, 32};
+  k.output = {batch, 16, 32, 32};
+  k.filter = {16, 3, 3, 3};
+  k.win = {3, 3, 1, 1, 1, 1, 1, 1, false};
+  return k;
+}
+
+std::string file_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_text(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }
+
+TEST(AlgoCache, AFileKeepsEachDevicesChoicesForTheNextRun) {
+  testing::TempDir dir;
+  const auto file = dir.path() / "algorithms.tsv";
+  int searched = 0;
+  auto search = [&] {
+    ++searched;
+    return backend::ConvChoice{searched, 1, size_t{1} << 20, 0.25f};
+  };
+  {
+    backend::AlgoCache first;
+    first.attach(file, "GPU A\tsm_90 cuDNN 91900");  // a tab in the name becomes a space
+    EXPECT_EQ(first.loaded(), 0u);
+    first.save();  // nothing searched: no file
+    EXPECT_FALSE(std::filesystem::exists(file));
+    first.find(conv_key(8), search);
+    first.find(conv_key(8, backend::ConvPass::kBackwardFilter), search);
+    first.save();
+    first.save();  // nothing new
+  }
+  const std::string written = file_text(file);
+  EXPECT_NE(written.find("GPU A sm_90 cuDNN 91900\t" + conv_key(8).text() + "\t1 1 1048576 0.25\n"), std::string::npos)
+      << written;
+  {
+    backend::AlgoCache again;  // the next run on the same device: no search
+    again.attach(file, "GPU A sm_90 cuDNN 91900");
+    EXPECT_EQ(again.loaded(), 2u);
+    EXPECT_EQ(again.find(conv_key(8), search).algo, 1);
+    EXPECT_EQ(again.find(conv_key(8, backend::ConvPass::kBackwardFilter), search).algo, 2);
+    EXPECT_EQ(again.searches(), 0u);
+    EXPECT_EQ(again.hits(), 2u);
+    again.save();
+    EXPECT_EQ(file_text(file), written);  // nothing searched, nothing rewritten
+  }
+  backend::AlgoCache other;  // another GPU or cuDNN: its own search, the first's lines kept
+  other.attach(file, "GPU B sm_80 cuDNN 91900");
+  EXPECT_EQ(other.loaded(), 0u);
+  EXPECT_EQ(other.find(conv_key(8), search).algo, 3);
+  other.save();
+  backend::AlgoCache a, b;
+  a.attach(file, "GPU A sm_90 cuDNN 91900");
+  b.attach(file, "GPU B sm_80 cuDNN 91900");
+  EXPECT_EQ(a.find(conv_key(8), search).algo, 1);
+  EXPECT_EQ(b.find(conv_key(8), search).algo, 3);
+  EXPECT_EQ(searched, 3);
+}
+
+TEST(AlgoCache, TwoWritersOfOneFileKeepBothTheirChoicesAndItsComments) {
+  testing::TempDir dir;
+  const auto file = dir.path() / "algorithms.tsv";
+  write_text(file, "# kept by hand\n\n");
+  auto choice = [](int algo) { return [algo] { return backend::ConvChoice{algo, 0, 0, 1.5f}; }; };
+  backend::AlgoCache one, two;  // two ranks of one run, each with its own shapes
+  one.attach(file, "dev");
+  two.attach(file, "dev");
+  one.find(conv_key(8), choice(5));
+  two.find(conv_key(16), choice(6));
+  one.save();
+  two.save();  // reads the file again: rank one's line stays
+  backend::AlgoCache next;
+  next.attach(file, "dev");
+  EXPECT_EQ(next.loaded(), 2u);
+  EXPECT_EQ(next.find(conv_key(8), choice(0)).algo, 5);
+  EXPECT_EQ(next.find(conv_key(16), choice(0)).algo, 6);
+  EXPECT_EQ(file_text(file).rfind("# kept by hand\n\n", 0), 0u) << file_text(file);
+}
+
+TEST(AlgoCache, ABadLineIsRefusedByFileAndLineAndTheFileStaysAsItWas) {
+  testing::TempDir dir;
+  const auto file = dir.path() / "algorithms.tsv";
+  const std::string good = backend::algo_line("dev", conv_key(8).text(), {1, 0, 64, 0.5f});
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"dev only a key", "expected DEVICE<TAB>KEY<TAB>ALGO MATH_TYPE WORKSPACE_BYTES TIME_MS, got 'dev only a key'"},
+      {"dev\tkey\t1 0 64", "expected four numbers"},
+      {"dev\tkey\t1 -1 64 0.5", "MATH_TYPE must be a whole number >= 0, got '1 -1 64 0.5'"},
+      {"dev\tkey\tx 0 64 0.5", "ALGO must be a whole number >= 0"},
+      {"dev\tkey\t1 0 64 nan", "TIME_MS must be a number >= 0, got 'nan'"},
+      {"\tkey\t1 0 64 0.5", "expected DEVICE<TAB>KEY"},
+  };
+  for (const auto& [line, why] : bad) {
+    SCOPED_TRACE(line);
+    write_text(file, "# algorithms\n" + good + "\n" + line + "\n");
+    backend::AlgoCache cache;
+    try {
+      cache.attach(file, "dev");
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Code::kCorruptData);
+      EXPECT_NE(std::string(e.what()).find("convolution algorithm cache '" + file.string() + "' line 3: " + why),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(file_text(file), "# algorithms\n" + good + "\n" + line + "\n");
+  }
+  std::string device, key, why;
+  backend::ConvChoice c;
+  ASSERT_TRUE(backend::parse_algo_line(good, device, key, c, why)) << why;
+  EXPECT_EQ(device, "dev");
+  EXPECT_EQ(key, conv_key(8).text());
+  EXPECT_EQ(c.algo, 1);
+  EXPECT_EQ(c.workspace, 64u);
+  EXPECT_EQ(c.time_ms, 0.5f);
 }
 
 TEST(TensorLayout, FourDimensionalViewsWithTheLayoutsStrides) {
@@ -562,7 +687,7 @@ TEST(CudaFunctors, PackedChannelSumsLayoutCoversEveryValueOnce) {
   };
   for (Case k :
        {Case{1000, 64, 8}, Case{77, 256, 8}, Case{3, 2048, 8}, Case{513, 16, 4}, Case{130, 96, 4}, Case{5, 8, 8}}) {
-    SCOPED_TRACE(testing::Message() << k.rows << " rows, " << k.channels << " channels, packs of " << k.vec);
+    SCOPED_TRACE(::testing::Message() << k.rows << " rows, " << k.channels << " channels, packs of " << k.vec);
     kernels::BnSumsLayout l;
     ASSERT_TRUE(kernels::bn_sums_layout(k.rows, k.channels, k.vec, l));
     EXPECT_EQ(l.row_lanes * l.q, 256);

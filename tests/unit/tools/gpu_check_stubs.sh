@@ -212,6 +212,26 @@ if grep -Eq '^== (tests|resnet50|perf-f16|perf-h2d)$' <<<"$out" ||
 else
   echo "ok: the step counts reach both programs"
 fi
+check "a variant compares with its precision's PyTorch runs of the same call" 0 \
+  '^perf-f16 +PASS .*cohort 4700\.0 images/sec \(median of 3\), PyTorch 4800\.0 images/sec \(median of 3\): ratio 0\.979' \
+  "^perf-f16-bn-kernels +PASS .*cohort 4750\.0 images/sec \(median of 3\), PyTorch 4800\.0 images/sec \(median of 3, perf-f16's PyTorch runs of this call\): ratio 0\.990, goal \(>= 0\.98\) met" \
+  "^    time: cohort [0-9]+ s for 3 runs; PyTorch: perf-f16's PyTorch runs of this call" \
+  '^f16-bn-kernels +4750\.0 +4800\.0 +0\.990 ' \
+  -- STUB_COHORT_f16="4700 4690 4710 4750 4740 4760" STUB_TORCH_f16="4800 4790 4810" \
+  -- --only perf-f16,perf-f16-bn-kernels --python "$work/python3"
+order=$(cut -d' ' -f1,2 "$STUB_STATE/order" | tr '\n' ,)
+want="cohort f16,torch f16,cohort f16,torch f16,cohort f16,torch f16,cohort f16,cohort f16,cohort f16,"
+if [ "$order" = "$want" ] && [ "$(grep -c -- '--cuda_algorithm_cache=.*/logs/conv-algorithms.tsv' "$STUB_STATE/order")" = 6 ] &&
+   [ "$(grep -c -- '--cuda_batch_norm=kernels' "$STUB_STATE/order")" = 3 ]; then
+  echo "ok: the variant runs cohort alone, every cohort run with one algorithm cache"
+else
+  echo "FAIL: runs in the order $order, expected $want, each cohort run with the algorithm cache:"
+  cat "$STUB_STATE/order"; fails=1
+fi
+check "a variant without its precision's stage runs PyTorch itself" 0 \
+  '^perf-f16-bn-cudnn +PASS .*cohort 4700\.0 images/sec \(median of 1\), PyTorch 4800\.0 images/sec \(median of 1\): ratio 0\.979' \
+  -- STUB_COHORT_f16="4700" STUB_TORCH_f16="4800" \
+  -- --only perf-f16-bn-cudnn --perf-runs 1 --python "$work/python3"
 check "--perf without PyTorch measures cohort alone" 0 \
   '^perf-f32 +PASS .*cohort 1000\.0 images/sec \(median of 3\); no PyTorch reference: .*cannot import torch' \
   '^f32 +1000\.0 +- +- +[0-9]+ s / [0-9]+ s +no reference$' \
