@@ -26,6 +26,9 @@ class CudaBackend final : public Backend {
     gpu_name_ = prop.name;
     major_ = prop.major;
     minor_ = prop.minor;
+    // Before any handle exists: a bad file stops the backend with nothing to release.
+    if (!options.algorithm_cache.empty())
+      ctx_.algos.attach(options.algorithm_cache, cat(gpu_name_, " sm_", major_, minor_, " cuDNN ", cudnnGetVersion()));
     ctx_.policy = options.tf32;
     ctx_.tf32 = tf32_enabled(options.tf32, major_, minor_);
     ctx_.graphs = options.cuda_graphs;
@@ -43,8 +46,6 @@ class CudaBackend final : public Backend {
                 "cublasSetMathMode");
     stream_ = OwnedStream(Device::cuda(device));
     ctx_.stream = stream_.get();
-    if (!options.algorithm_cache.empty())
-      ctx_.algos.attach(options.algorithm_cache, cat(gpu_name_, " sm_", major_, minor_, " cuDNN ", cudnnGetVersion()));
   }
   ~CudaBackend() override {
     cublasDestroy(ctx_.cublas);

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "core/status.h"
 #include "graph/graph.h"
 #include "support/host_views.h"
+#include "support/temp_dir.h"
 #include "tensor/device_api.h"
 #include "tensor/memory.h"
 
@@ -356,6 +359,49 @@ TEST(CudaBackend, DescribesTheGpuAndItsMathPolicy) {
   EXPECT_EQ(b->device(), Device::cuda(0));
   EXPECT_FALSE(b->stream().is_host());
   EXPECT_NE(b->describe().find("tf32=auto"), std::string::npos) << b->describe();
+}
+
+// A training plan's convolution searches land in the cache file, one line per pass and
+// shape, for this GPU; a second backend on the same file reads them and searches
+// nothing, so it leaves the file as it was.
+TEST(CudaBackend, KeepsItsConvolutionChoicesInAFileForTheNextRun) {
+  const CudaProbe probe = probe_cuda();
+  if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
+  testing::TempDir dir;
+  Memory memory;
+  backend::BackendOptions o;
+  o.memory = memory.on(Device::cuda(0));
+  o.algorithm_cache = (dir.path() / "algorithms.tsv").string();
+  auto read = [&] {
+    std::ifstream in(o.algorithm_cache);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  std::string described;  // "cuda:0 (GPU NAME, cuDNN ...), ..."
+  auto train_plan = [&] {
+    ConvOptions same;
+    same.pad = 1;
+    Graph g({3, 9, 9});
+    g.conv(g.conv(g.input(), "a", 8, same), "b", 4, same);
+    auto b = backend::make_backend(Device::cuda(0), 1, o);
+    described = b->describe();
+    g.set_backend(b, o.memory);
+    g.materialize(3);
+    g.plan(2, Layout::kNHWC, true, true);
+  };
+  train_plan();
+  const std::string first = read();
+  const size_t open = described.find('('), name_end = described.find(", cuDNN");
+  ASSERT_TRUE(open != std::string::npos && name_end != std::string::npos) << described;
+  const std::string gpu = described.substr(open + 1, name_end - open - 1);
+  size_t lines = 0;
+  for (size_t at = first.find('\n'); at != std::string::npos; at = first.find('\n', at + 1)) ++lines;
+  EXPECT_EQ(lines, 1u + 5u) << first;  // the header; fwd and bwd_filter of each, bwd_data of b
+  EXPECT_NE(first.find("\n" + gpu + " sm_"), std::string::npos) << first;
+  EXPECT_NE(first.find("\tbwd_filter in[2, 3, 9, 9]"), std::string::npos) << first;
+  train_plan();
+  EXPECT_EQ(read(), first);
 }
 
 }  // namespace
