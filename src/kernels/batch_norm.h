@@ -9,7 +9,7 @@
 //
 // The sums' maps and the element-wise passes have packed forms (BnStatsPacked,
 // BnGradStatsPacked with channel_sums_packed; BnAffinePacked, BnBackwardDataPacked) that
-// take 16 bytes of a row at once where the channels and the buffers allow (bn_packs_fit),
+// take 16 bytes of a row at once where the channels and the buffers allow (packs_fit),
 // with the same arithmetic per value.
 //
 // In training the relu after the batch norm, or the add and the relu of a residual
@@ -33,6 +33,7 @@
 #include "kernels/for_each.h"
 #include "kernels/hd.h"
 #include "kernels/layer_ops.h"
+#include "kernels/pack.h"
 
 namespace cohort::kernels {
 
@@ -182,40 +183,9 @@ struct BnBackwardData {
   }
 };
 
-// kVec neighbouring values of one row, read or written as one access (16 bytes: 8 f16 or
-// bf16 values, 4 f32), so that an element-wise pass over 2-byte values keeps memory busy.
-template <typename S, int kVec>
-struct alignas(sizeof(S) * kVec < 16 ? sizeof(S) * kVec : 16) Pack {
-  S v[kVec];
-};
-
-template <typename S, int kVec>
-COHORT_HD Pack<S, kVec> load_pack(const S* p) {
-  return *reinterpret_cast<const Pack<S, kVec>*>(p);
-}
-
-template <typename S, int kVec>
-COHORT_HD void store_pack(S* p, const Pack<S, kVec>& v) {
-  *reinterpret_cast<Pack<S, kVec>*>(p) = v;
-}
-
-// How many values the packed passes below take at once for storage type S.
-template <typename S>
-inline constexpr int kBnPack = static_cast<int>(16 / sizeof(S));
-
-// Whether the packed passes can serve `channels` channels and these buffers: whole packs
-// per row, every pointer (null ones aside) aligned to a pack.
-template <typename S>
-bool bn_packs_fit(int64_t channels, std::initializer_list<const void*> pointers) {
-  if (channels % kBnPack<S> != 0) return false;
-  for (const void* p : pointers)
-    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
-
 // BnAffine over pack p (values p·kVec ... p·kVec + kVec − 1, all of one row, since the
 // channels are a multiple of kVec), with the same arithmetic per value.
-template <typename S = float, typename C = F32, int kVec = kBnPack<S>>
+template <typename S = float, typename C = F32, int kVec = kPack<S>>
 struct BnAffinePacked {
   int64_t channels;
   bool relu = false;
@@ -238,7 +208,7 @@ struct BnAffinePacked {
 };
 
 // BnBackwardData over pack p, with the same arithmetic per value.
-template <typename S = float, typename C = F32, int kVec = kBnPack<S>>
+template <typename S = float, typename C = F32, int kVec = kPack<S>>
 struct BnBackwardDataPacked {
   int64_t channels;
   bool accumulate;
@@ -273,7 +243,7 @@ struct BnBackwardDataPacked {
 
 // BnStats over the kVec channels c0 ... c0 + kVec − 1 of a row, with the same arithmetic
 // per value (the packed channel sums' map).
-template <typename S = float, typename C = F32, int kVec = kBnPack<S>>
+template <typename S = float, typename C = F32, int kVec = kPack<S>>
 struct BnStatsPacked {
   const S* x;
   int64_t channels;
@@ -287,7 +257,7 @@ struct BnStatsPacked {
 };
 
 // BnGradStats over kVec channels of a row, with the same arithmetic per value.
-template <typename S = float, typename C = F32, int kVec = kBnPack<S>>
+template <typename S = float, typename C = F32, int kVec = kPack<S>>
 struct BnGradStatsPacked {
   const S* x;
   const S* dy;
@@ -440,14 +410,14 @@ void channel_sums_packed(const Stream& stream, int64_t rows, int64_t channels, c
 }
 
 // The steps of kernels/batch_norm.h for a stream, each in its packed form where the
-// channels and the buffers allow (bn_packs_fit), value by value otherwise.
+// channels and the buffers allow (packs_fit), value by value otherwise.
 
 // The forward channel sums of x (BnStats).
 template <typename S, typename C>
 void bn_stats_sums(const Stream& stream, int64_t rows, int64_t channels, const S* x, double* sums) {
   BnSumsLayout l;
-  if (bn_packs_fit<S>(channels, {x}) && bn_sums_layout(rows, channels, kBnPack<S>, l))
-    channel_sums_packed<kBnPack<S>>(stream, rows, channels, l, BnStatsPacked<S, C>{x, channels}, sums);
+  if (packs_fit<S>(channels, {x}) && bn_sums_layout(rows, channels, kPack<S>, l))
+    channel_sums_packed<kPack<S>>(stream, rows, channels, l, BnStatsPacked<S, C>{x, channels}, sums);
   else
     channel_sums(stream, rows, channels, BnStats<S, C>{x, channels}, sums);
 }
@@ -457,8 +427,8 @@ template <typename S, typename C>
 void bn_grad_sums(const Stream& stream, int64_t rows, int64_t channels, const S* x, const S* dy, const float* mean,
                   const S* y, double* sums) {
   BnSumsLayout l;
-  if (bn_packs_fit<S>(channels, {x, dy, mean, y}) && bn_sums_layout(rows, channels, kBnPack<S>, l))
-    channel_sums_packed<kBnPack<S>>(stream, rows, channels, l, BnGradStatsPacked<S, C>{x, dy, mean, channels, y}, sums);
+  if (packs_fit<S>(channels, {x, dy, mean, y}) && bn_sums_layout(rows, channels, kPack<S>, l))
+    channel_sums_packed<kPack<S>>(stream, rows, channels, l, BnGradStatsPacked<S, C>{x, dy, mean, channels, y}, sums);
   else
     channel_sums(stream, rows, channels, BnGradStats<S, C>{x, dy, mean, channels, y}, sums);
 }
@@ -467,8 +437,8 @@ void bn_grad_sums(const Stream& stream, int64_t rows, int64_t channels, const S*
 template <typename S, typename C>
 void bn_affine(const Stream& stream, int64_t n, int64_t channels, bool relu, S* y, const S* x, const float* coef,
                const S* z) {
-  if (bn_packs_fit<S>(channels, {y, x, coef, z}))
-    for_each(stream, n / kBnPack<S>, BnAffinePacked<S, C>{channels, relu}, y, x, coef, z);
+  if (packs_fit<S>(channels, {y, x, coef, z}))
+    for_each(stream, n / kPack<S>, BnAffinePacked<S, C>{channels, relu}, y, x, coef, z);
   else
     for_each(stream, n, BnAffine<S, C>{channels, relu}, y, x, coef, z);
 }
@@ -477,8 +447,8 @@ void bn_affine(const Stream& stream, int64_t n, int64_t channels, bool relu, S* 
 template <typename S, typename C>
 void bn_backward_data(const Stream& stream, int64_t n, const BnBackwardData<S, C>& f, S* dx, const S* dy, const S* x,
                       const float* coef, const S* y, S* dz) {
-  if (bn_packs_fit<S>(f.channels, {dx, dy, x, coef, y, dz}))
-    for_each(stream, n / kBnPack<S>, BnBackwardDataPacked<S, C>{f.channels, f.accumulate, f.z_accumulate}, dx, dy, x,
+  if (packs_fit<S>(f.channels, {dx, dy, x, coef, y, dz}))
+    for_each(stream, n / kPack<S>, BnBackwardDataPacked<S, C>{f.channels, f.accumulate, f.z_accumulate}, dx, dy, x,
              coef, y, dz);
   else
     for_each(stream, n, f, dx, dy, x, coef, y, dz);

@@ -1,5 +1,6 @@
 // Max, average (padding excluded) and global-average pooling on the kernels/pool.h
-// functors, in either layout and any type: the same windows as the network's (ceil
+// functors (packed for NHWC values with whole 16-byte packs of channels), in either
+// layout and any type: the same windows as the network's (ceil
 // mode with more padding at the bottom or right included), max pooling's gradient to
 // the first maximum of each window, as on the CPU.
 #include "backend/cuda/plan.h"
@@ -27,8 +28,8 @@ class PoolLayer final : public CudaLayer {
     geometry_ = {id[0], id[1], id[2], id[3], oh, ow, w.kh, w.kw, w.sh, w.sw, w.ph, w.pw, nhwc()};
     with_type(dtype(), [&]<typename S, typename C>() {
       fwd.push_back({[this] {
-        kernels::for_each(cstream(), out().numel(), kernels::PoolForward<S, C>{geometry_, max_}, out().xs<S>(),
-                          in().cxs<S>(), argmax_.data_as<int32_t>());
+        kernels::pool_forward<S, C>(cstream(), geometry_, max_, out().xs<S>(), in().cxs<S>(),
+                                    argmax_.data_as<int32_t>());
       }});
     });
   }
@@ -39,8 +40,8 @@ class PoolLayer final : public CudaLayer {
       const bool acc = plan_.grad_write(bwd, in());
       with_type(dtype(), [&]<typename S, typename C>() {
         bwd.push_back({[this, acc] {
-          kernels::for_each(cstream(), in().numel(), kernels::PoolBackward<S, C>{geometry_, max_, acc}, in().dxs<S>(),
-                            out().cdxs<S>(), static_cast<const int32_t*>(argmax_.data_as<int32_t>()));
+          kernels::pool_backward<S, C>(cstream(), geometry_, max_, acc, in().dxs<S>(), out().cdxs<S>(),
+                                       static_cast<const int32_t*>(argmax_.data_as<int32_t>()));
         }});
       });
     }

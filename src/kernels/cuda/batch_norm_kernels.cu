@@ -120,9 +120,9 @@ void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, 
       void*, int64_t, BnAffine<S, C>, S*, const S*, const float*, const S*);                                     \
   template void launch_for_each<BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*>(       \
       void*, int64_t, BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*);                 \
-  template void launch_channel_sums_packed<kBnPack<S>, BnStatsPacked<S, C>>(                                     \
+  template void launch_channel_sums_packed<kPack<S>, BnStatsPacked<S, C>>(                                       \
       void*, int64_t, int64_t, const BnSumsLayout&, BnStatsPacked<S, C>, double*);                               \
-  template void launch_channel_sums_packed<kBnPack<S>, BnGradStatsPacked<S, C>>(                                 \
+  template void launch_channel_sums_packed<kPack<S>, BnGradStatsPacked<S, C>>(                                   \
       void*, int64_t, int64_t, const BnSumsLayout&, BnGradStatsPacked<S, C>, double*);                           \
   template void launch_for_each<BnAffinePacked<S, C>, S*, const S*, const float*, const S*>(                     \
       void*, int64_t, BnAffinePacked<S, C>, S*, const S*, const float*, const S*);                               \

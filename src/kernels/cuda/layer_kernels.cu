@@ -12,6 +12,10 @@ namespace cohort::kernels::cuda {
 #define COHORT_TYPED(F, S, C, ...) \
   template void launch_for_each<F<S, C>, __VA_ARGS__>(void*, int64_t, F<S, C>, __VA_ARGS__);
 
+// F<S, C, kPack<S>> (the packed form) over (Args...).
+#define COHORT_PACKED(F, S, C, ...) \
+  template void launch_for_each<F<S, C, kPack<S>>, __VA_ARGS__>(void*, int64_t, F<S, C, kPack<S>>, __VA_ARGS__);
+
 #define COHORT_LAYER_KERNELS(S, C)                                  \
   COHORT_TYPED(Fill, S, C, S*)                                      \
   COHORT_TYPED(DropoutForward, S, C, S*, const S*)                  \
@@ -27,7 +31,9 @@ namespace cohort::kernels::cuda {
   COHORT_TYPED(WeightsFromOihw, S, C, S*, const float*)             \
   COHORT_TYPED(GradToOihw, S, C, float*, const S*)                  \
   COHORT_TYPED(PoolForward, S, C, S*, const S*, int32_t*)           \
-  COHORT_TYPED(PoolBackward, S, C, S*, const S*, const int32_t*)
+  COHORT_TYPED(PoolBackward, S, C, S*, const S*, const int32_t*)    \
+  COHORT_PACKED(PoolForward, S, C, S*, const S*, int32_t*)          \
+  COHORT_PACKED(PoolBackward, S, C, S*, const S*, const int32_t*)
 
 COHORT_LAYER_KERNELS(float, F32)
 COHORT_LAYER_KERNELS(uint16_t, F16Codec)

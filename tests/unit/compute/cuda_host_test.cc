@@ -549,7 +549,7 @@ TEST(CudaFunctors, NhwcBatchNormMatchesTheCpuBackendInEveryType) { for_every_for
 // z, dx and dz, written and accumulated.
 template <typename S, typename C>
 void expect_packed_batch_norm_is_scalar() {
-  constexpr int kVec = kernels::kBnPack<S>;
+  constexpr int kVec = kernels::kPack<S>;
   const int64_t c = 2 * kVec, rows = 13, count = rows * c;
   auto values = [&](float scale, float shift) {
     std::vector<S> v(static_cast<size_t>(count));
@@ -596,9 +596,9 @@ void expect_packed_batch_norm_is_scalar() {
           same(dz_a, dz_b, "z's gradient");
         }
   // Where packs do not fit: channels not a multiple of the pack, a pointer off 16 bytes.
-  EXPECT_TRUE(kernels::bn_packs_fit<S>(c, {x.data(), coef.data(), nullptr}));
-  EXPECT_FALSE(kernels::bn_packs_fit<S>(c + kVec / 2, {x.data()}));
-  EXPECT_FALSE(kernels::bn_packs_fit<S>(c, {x.data(), x.data() + 1}));
+  EXPECT_TRUE(kernels::packs_fit<S>(c, {x.data(), coef.data(), nullptr}));
+  EXPECT_FALSE(kernels::packs_fit<S>(c + kVec / 2, {x.data()}));
+  EXPECT_FALSE(kernels::packs_fit<S>(c, {x.data(), x.data() + 1}));
 }
 
 // Which batch norms cuDNN's BN-Ex form takes under each choice of cuda_batch_norm.
@@ -624,7 +624,7 @@ TEST(Fusion, BnExOnlyForF16ImagesInTrainingAsTheOptionChooses) {
 // sums equal host_channel_sums'.
 template <typename S, typename C>
 void expect_packed_sums_are_scalar() {
-  constexpr int kVec = kernels::kBnPack<S>;
+  constexpr int kVec = kernels::kPack<S>;
   const int64_t c = 3 * kVec, rows = 150, count = rows * c;
   std::vector<S> x(static_cast<size_t>(count)), dy(x.size()), y(x.size());
   for (int64_t i = 0; i < count; ++i) {
@@ -731,8 +731,62 @@ TEST(CudaFunctors, PackedBatchNormPassesGiveTheScalarPassesBits) {
   expect_packed_batch_norm_is_scalar<float, F32>();
   expect_packed_batch_norm_is_scalar<uint16_t, kernels::F16Codec>();
   expect_packed_batch_norm_is_scalar<uint16_t, kernels::BF16Codec>();
-  EXPECT_TRUE(kernels::bn_packs_fit<float>(12, {}));      // 3 packs of 4 f32
-  EXPECT_FALSE(kernels::bn_packs_fit<uint16_t>(12, {}));  // 8 f16 to a pack
+  EXPECT_TRUE(kernels::packs_fit<float>(12, {}));      // 3 packs of 4 f32
+  EXPECT_FALSE(kernels::packs_fit<uint16_t>(12, {}));  // 8 f16 to a pack
+}
+
+// The packed pooling passes give the value-by-value ones' bits (maxima among ties,
+// first-maximum records, averages, gradients written and accumulated) for NHWC windows
+// of every kind: 3×3 stride 2 with padding, in floor and ceil mode, 2×2 stride 2, and a
+// global average; pool_forward and pool_backward take the packed path there.
+template <typename S, typename C>
+void expect_packed_pooling_is_scalar() {
+  constexpr int kVec = kernels::kPack<S>;
+  const int64_t n = 2, c = 2 * kVec;
+  struct Win {
+    int64_t h, w, oh, ow;
+    int k, s, p;
+  };
+  for (const Win& v :
+       {Win{9, 8, 5, 4, 3, 2, 1}, Win{8, 8, 5, 5, 3, 2, 1}, Win{8, 8, 4, 4, 2, 2, 0}, Win{7, 7, 1, 1, 7, 1, 0}})
+    for (bool max : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << v.h << "x" << v.w << " window " << v.k << " stride " << v.s
+                                        << (max ? " max" : " avg"));
+      const kernels::PoolGeometry geo{n, c, v.h, v.w, v.oh, v.ow, v.k, v.k, v.s, v.s, v.p, v.p, true};
+      const int64_t nx = n * c * v.h * v.w, ny = n * c * v.oh * v.ow;
+      std::vector<S> x(static_cast<size_t>(nx)), dy(static_cast<size_t>(ny));
+      for (int64_t i = 0; i < nx; ++i) x[static_cast<size_t>(i)] = C::store(static_cast<float>(i * 7 % 5) - 2.f);
+      for (int64_t i = 0; i < ny; ++i) dy[static_cast<size_t>(i)] = C::store(0.25f * static_cast<float>(i % 9) - 1.f);
+      std::vector<S> y1(dy.size()), y2(dy.size()), y3(dy.size());
+      std::vector<int32_t> arg1(dy.size(), -1), arg2(dy.size(), -1), arg3(dy.size(), -1);
+      int32_t* a1 = max ? arg1.data() : nullptr;
+      int32_t* a2 = max ? arg2.data() : nullptr;
+      kernels::host_for_each(1, ny, kernels::PoolForward<S, C>{geo, max}, y1.data(), static_cast<const S*>(x.data()),
+                             a1);
+      kernels::host_for_each(1, ny / kVec, kernels::PoolForward<S, C, kVec>{geo, max}, y2.data(),
+                             static_cast<const S*>(x.data()), a2);
+      kernels::pool_forward<S, C>(Stream::host(2), geo, max, y3.data(), x.data(), max ? arg3.data() : nullptr);
+      EXPECT_EQ(y1, y2);
+      EXPECT_EQ(y1, y3);
+      EXPECT_EQ(arg1, arg2);
+      EXPECT_EQ(arg1, arg3);
+      for (bool accumulate : {false, true}) {
+        std::vector<S> dx1(x.size(), C::store(0.5f)), dx2 = dx1, dx3 = dx1;
+        kernels::host_for_each(1, nx, kernels::PoolBackward<S, C>{geo, max, accumulate}, dx1.data(),
+                               static_cast<const S*>(dy.data()), static_cast<const int32_t*>(a1));
+        kernels::host_for_each(1, nx / kVec, kernels::PoolBackward<S, C, kVec>{geo, max, accumulate}, dx2.data(),
+                               static_cast<const S*>(dy.data()), static_cast<const int32_t*>(a1));
+        kernels::pool_backward<S, C>(Stream::host(2), geo, max, accumulate, dx3.data(), dy.data(), a1);
+        EXPECT_EQ(dx1, dx2) << (accumulate ? "accumulated" : "written");
+        EXPECT_EQ(dx1, dx3) << (accumulate ? "accumulated" : "written");
+      }
+    }
+}
+
+TEST(CudaFunctors, PackedPoolingGivesTheScalarPoolingsBits) {
+  expect_packed_pooling_is_scalar<float, F32>();
+  expect_packed_pooling_is_scalar<uint16_t, kernels::F16Codec>();
+  expect_packed_pooling_is_scalar<uint16_t, kernels::BF16Codec>();
 }
 
 // A channel in 32 bits below 2^32 and in 64 above, the same either way.
