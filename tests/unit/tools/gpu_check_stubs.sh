@@ -48,12 +48,26 @@ stub "$b/samples/trainer/cohort-train" <<EOF
 source "$work/next.sh"
 EOF
 cat >>"$b/samples/trainer/cohort-train" <<'EOF'
-dev=cpu csv="" model="" precision=f32
+dev=cpu csv="" model="" precision=f32 profile=0
 for a; do
   case $a in
     --device=*) dev=${a#*=} ;; --log_csv=*) csv=${a#*=} ;; --model=*) model=${a#*=} ;; --precision=*) precision=${a#*=} ;;
+    --profile) profile=1 ;;
   esac
 done
+if (( profile )); then
+  fmt='%-28s %-16s %10s %10s %10s %10s\n'
+  echo "profile: 10 steps, milliseconds per step"
+  printf "$fmt" layer kind forward backward reorder total
+  echo "-----------------------------------------------------------------------------------------"
+  printf "$fmt" conv1 conv 1.000 2.000 0.100 3.100
+  printf "$fmt" bn1 batch_norm 0.500 0.700 0.000 1.200
+  printf "$fmt" conv2 conv 2.000 3.000 0.000 5.000
+  printf "$fmt" pool1 max_pool 0.300 0.400 0.000 0.700
+  printf '%-45s %10s %10s %10s %10s\n' "all layers" 3.800 6.100 0.100 10.000
+  printf '%-78s %10s\n' optimizer 0.500 "profiled total" 10.500
+  printf '%-78s %10s   (the profile accounts for 95%%)\n' "measured step time" 11.000
+fi
 ips=1001.5
 if [ "$model" = resnet50 ]; then
   echo "cohort $precision $*" >>"$STUB_STATE/order"
@@ -232,6 +246,18 @@ check "a variant without its precision's stage runs PyTorch itself" 0 \
   '^perf-f16-bn-cudnn +PASS .*cohort 4700\.0 images/sec \(median of 1\), PyTorch 4800\.0 images/sec \(median of 1\): ratio 0\.979' \
   -- STUB_COHORT_f16="4700" STUB_TORCH_f16="4800" \
   -- --only perf-f16-bn-cudnn --perf-runs 1 --python "$work/python3"
+check "a profile stage sums the table by layer kind, heaviest first" 0 \
+  '^    kind \(ms/step\) +forward +backward +reorder +total$' \
+  '^    conv +3\.000 +5\.000 +0\.100 +8\.100$' '^    batch_norm +0\.500 +0\.700 +0\.000 +1\.200$' \
+  '^    measured step time +11\.000' \
+  '^profile-f16-bn-kernels +PASS .*ResNet-50 f16: 11\.000 ms per step measured; .*/logs/profile-f16-bn-kernels\.log' \
+  -- -- --only profile-f16-bn-kernels
+if ! grep -q -- '--profile --cuda_algorithm_cache=.*/logs/conv-algorithms.tsv --cuda_batch_norm=kernels$' "$STUB_STATE/order" ||
+   [ "$(grep -A1 'kind (ms/step)' <<<"$out" | tail -n 1 | awk '{ print $1 }')" != conv ]; then
+  echo "FAIL: the profile stage's run or its order:"; cat "$STUB_STATE/order"; echo "$out"; fails=1
+else
+  echo "ok: the profile run takes the variant's options, and the heaviest kind leads"
+fi
 check "--perf without PyTorch measures cohort alone" 0 \
   '^perf-f32 +PASS .*cohort 1000\.0 images/sec \(median of 3\); no PyTorch reference: .*cannot import torch' \
   '^f32 +1000\.0 +- +- +[0-9]+ s / [0-9]+ s +no reference$' \
