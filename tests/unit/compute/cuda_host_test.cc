@@ -748,7 +748,7 @@ void expect_packed_pooling_is_scalar() {
     int k, s, p;
   };
   for (const Win& v :
-       {Win{9, 8, 5, 4, 3, 2, 1}, Win{8, 8, 5, 5, 3, 2, 1}, Win{8, 8, 4, 4, 2, 2, 0}, Win{7, 7, 1, 1, 7, 1, 0}})
+       {Win{9, 8, 5, 4, 3, 2, 1}, Win{8, 8, 5, 5, 3, 2, 1}, Win{8, 8, 4, 4, 2, 2, 0}, Win{7, 7, 1, 1, 7, 7, 0}})
     for (bool max : {true, false}) {
       SCOPED_TRACE(::testing::Message() << v.h << "x" << v.w << " window " << v.k << " stride " << v.s
                                         << (max ? " max" : " avg"));
