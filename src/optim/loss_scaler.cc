@@ -22,8 +22,9 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(op
 bool LossScaler::unscale(std::span<const ParamGrad> params, const Stream& stream) const {
   for (const ParamGrad& p : params) {
     const bool here = p.grad.device().is_host() ? stream.is_host() : p.grad.device() == stream.device();
-    require(p.grad.dtype() == DType::kF32 && here && p.grad.is_contiguous(), "loss scaler: gradient of '", p.name,
-            "' must be a contiguous f32 tensor on ", stream.device().to_string(), ", got ", p.grad.describe());
+    if (!(p.grad.dtype() == DType::kF32 && here && p.grad.is_contiguous()))  // the message is built only when needed
+      fail(Code::kInvalidArgument, "loss scaler: gradient of '", p.name, "' must be a contiguous f32 tensor on ",
+           stream.device().to_string(), ", got ", p.grad.describe());
   }
   const float inv = static_cast<float>(1.0 / scale_);
   // One list pass over every gradient (a few launches on a GPU).

@@ -141,9 +141,36 @@ void Optimizer::init_state(std::span<const ParamGrad> params, const Stream& stre
 
 void Optimizer::step(std::span<const ParamGrad> params, double lr, const Stream& stream) {
   require(std::isfinite(lr) && lr >= 0, "optimizer: learning rate must be finite and >= 0, got ", lr);
-  init_state(params, stream);  // validates everything before any parameter changes
+  // Everything is validated before any parameter changes; the names' uniqueness and
+  // the state's lookups only for a list unlike the last step's.
+  if (same_as_checked(params)) {
+    for (const ParamGrad& p : params) check_param(p, stream);
+  } else {
+    init_state(params, stream);
+    remember_checked(params, stream);
+  }
   update(params, lr, stream);
   ++steps_;
+}
+
+bool Optimizer::same_as_checked(std::span<const ParamGrad> params) const {
+  if (params.size() != checked_.size()) return false;
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Checked& c = checked_[k];
+    if (params[k].name != c.name || params[k].param.shape() != c.shape || !(params[k].param.device() == c.device))
+      return false;
+  }
+  return true;
+}
+
+void Optimizer::remember_checked(std::span<const ParamGrad> params, const Stream& stream) {
+  const std::vector<std::string_view> suffixes = state_suffixes();
+  checked_.clear();
+  for (const ParamGrad& p : params) {
+    Checked c{p.name, p.param.shape(), p.param.device(), {nullptr, nullptr}};
+    for (size_t s = 0; s < suffixes.size(); ++s) c.state[s] = state_for(p, suffixes[s], stream).data_as<float>();
+    checked_.push_back(std::move(c));
+  }
 }
 
 std::vector<double> Optimizer::norms(std::span<const ParamGrad> params, const std::vector<char>& wanted,
@@ -170,11 +197,12 @@ std::vector<double> Optimizer::norms(std::span<const ParamGrad> params, const st
 }
 
 // Every parameter's update as one list pass (kernels::for_each_list: a few launches on a
-// GPU, not one per tensor).
+// GPU, not one per tensor); each state as checked_ has it (step() made it match).
 void Optimizer::update(std::span<const ParamGrad> params, double lr, const Stream& stream) {
   const auto& o = options_;
   auto w = [](const ParamGrad& p) { return p.param.data_as<float>(); };
   auto g = [](const ParamGrad& p) { return static_cast<const float*>(p.grad.data_as<float>()); };
+  auto state = [&](size_t k, int s) { return checked_[k].state[s]; };
   switch (o.kind) {
     case OptimizerKind::kSgd:
     case OptimizerKind::kMomentum:
@@ -183,9 +211,8 @@ void Optimizer::update(std::span<const ParamGrad> params, double lr, const Strea
       const kernels::SgdUpdate f{static_cast<float>(lr), momentum ? static_cast<float>(o.momentum) : 0.0f,
                                  static_cast<float>(o.weight_decay), o.kind == OptimizerKind::kNesterov};
       std::vector<kernels::ForEachItem<kernels::SgdUpdate, float*, const float*, float*>> items;
-      for (const ParamGrad& p : params)
-        items.push_back(
-            {p.param.numel(), f, {w(p), g(p), momentum ? state_for(p, kVelocity, stream).data_as<float>() : nullptr}});
+      for (size_t k = 0; k < params.size(); ++k)
+        items.push_back({params[k].param.numel(), f, {w(params[k]), g(params[k]), momentum ? state(k, 0) : nullptr}});
       kernels::for_each_list(stream, items);
       return;
     }
@@ -201,11 +228,8 @@ void Optimizer::update(std::span<const ParamGrad> params, double lr, const Strea
                                   static_cast<float>(1.0 - std::pow(o.beta1, t)),
                                   static_cast<float>(1.0 - std::pow(o.beta2, t))};
       std::vector<kernels::ForEachItem<kernels::AdamUpdate, float*, const float*, float*, float*>> items;
-      for (const ParamGrad& p : params)
-        items.push_back({p.param.numel(),
-                         f,
-                         {w(p), g(p), state_for(p, kAdamM, stream).data_as<float>(),
-                          state_for(p, kAdamV, stream).data_as<float>()}});
+      for (size_t k = 0; k < params.size(); ++k)
+        items.push_back({params[k].param.numel(), f, {w(params[k]), g(params[k]), state(k, 0), state(k, 1)}});
       kernels::for_each_list(stream, items);
       return;
     }
@@ -223,7 +247,7 @@ void Optimizer::update(std::span<const ParamGrad> params, double lr, const Strea
         items.push_back({p.param.numel(),
                          kernels::LarsUpdate{static_cast<float>(lr * trust), static_cast<float>(o.momentum),
                                              static_cast<float>(wd)},
-                         {w(p), g(p), state_for(p, kVelocity, stream).data_as<float>()}});
+                         {w(p), g(p), state(k, 0)}});
       }
       kernels::for_each_list(stream, items);
       return;
@@ -276,6 +300,7 @@ void Optimizer::import_state(std::span<const NamedTensor> state) {
   }
   require(steps >= 0, "optimizer state: the 'step' entry is missing");
   state_ = std::move(fresh);
+  checked_.clear();  // its pointers were into the old state
   steps_ = steps;
 }
 

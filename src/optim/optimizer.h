@@ -82,15 +82,28 @@ class Optimizer {
 
  private:
   Tensor& state_for(const ParamGrad& p, std::string_view suffix, const Stream& stream);
+  // Whether `params` name the parameters of checked_ in its order, with their shapes and
+  // device: their state is then where checked_ says (a training loop passes the same
+  // list every step, and the lookups by name cost microseconds a parameter).
+  bool same_as_checked(std::span<const ParamGrad> params) const;
+  void remember_checked(std::span<const ParamGrad> params, const Stream& stream);
   void update(std::span<const ParamGrad> params, double lr, const Stream& stream);
   // ‖w‖ at 2·k and ‖∇w‖ at 2·k + 1 for each parameter k that `wanted` marks (0 for the
   // others): one list pass, one read-back.
   std::vector<double> norms(std::span<const ParamGrad> params, const std::vector<char>& wanted,
                             const Stream& stream) const;
 
+  struct Checked {
+    std::string name;
+    Shape shape;
+    Device device;
+    float* state[2];  // state_suffixes()' tensors, in that order
+  };
+
   OptimizerOptions options_;
   int64_t steps_ = 0;
   std::map<std::string, Tensor, std::less<>> state_;  // "<param>/<suffix>" → f32 tensor
+  std::vector<Checked> checked_;                      // the last step's parameters (emptied by import_state)
 };
 
 }  // namespace cohort

@@ -247,9 +247,12 @@ Tensor clone_to(const Tensor& t, Allocator& allocator, const Stream& stream) {
 
 bool Tensor::is_contiguous() const {
   // Strides of size-1 dimensions do not matter (DLPack producers set them freely).
-  std::vector<int64_t> expected = contiguous_strides(shape_);
-  for (size_t i = 0; i < shape_.size(); ++i)
-    if (shape_[i] != 1 && strides_[i] != expected[i]) return false;
+  // Walked from the innermost dimension, without allocating: called per tensor per step.
+  int64_t expected = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] != 1 && strides_[i] != expected) return false;
+    expected *= std::max<int64_t>(shape_[i], 1);  // as contiguous_strides
+  }
   return true;
 }
 

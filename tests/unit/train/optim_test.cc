@@ -197,6 +197,40 @@ TEST(Optimizer, ImportedStateOfWrongShapeIsReportedAtStep) {
   EXPECT_EQ(values(w2), (std::vector<float>{1, 2}));  // nothing changed
 }
 
+// Steps with the same list reuse its checks and state; a list that differs (another
+// shape under a known name, another order, a state imported meanwhile) is looked up
+// again, so each parameter still meets its own state and a wrong shape is refused.
+TEST(Optimizer, ALaterListThatDiffersIsCheckedAndLookedUpAgain) {
+  Optimizer opt(opts(OptimizerKind::kMomentum, 0.0));
+  Tensor wa = make({1}), ga = make({1}), wb = make({2}), gb = make({-1});
+  std::vector<ParamGrad> ab = {{"a", wa, ga}, {"b", wb, gb}};
+  opt.step(ab, 1.0);  // v = g: a 1, b -1
+  std::vector<ParamGrad> ba = {ab[1], ab[0]};
+  opt.step(ba, 1.0);  // v = 0.9·v + g: a 1.9, b -1.9
+  EXPECT_NEAR(values(wa)[0], 1 - 1 - 1.9, 1e-6);
+  EXPECT_NEAR(values(wb)[0], 2 + 1 + 1.9, 1e-6);
+  for (NamedTensor& e : opt.export_state())  // in place: the same state, as a broadcast writes it
+    if (e.name == "a/velocity") *e.tensor.data_as<float>() = 10.0f;
+  opt.step(ba, 1.0);  // a: v = 9 + 1
+  EXPECT_NEAR(values(wa)[0], 1 - 1 - 1.9 - 10, 1e-5);
+  std::vector<NamedTensor> fresh;
+  for (const NamedTensor& e : opt.export_state()) {
+    Tensor t = clone_host(e.tensor);
+    if (e.name == "b/velocity") *t.data_as<float>() = 5.0f;
+    fresh.push_back({e.name, t});
+  }
+  opt.import_state(fresh);
+  const float b_before = values(wb)[0];
+  opt.step(ba, 1.0);  // b: v = 0.9·5 + g = 3.5, from the imported state
+  EXPECT_NEAR(values(wb)[0], b_before - 3.5f, 1e-5);
+  Tensor wide = make({1, 2}), wide_g = make({1, 2});
+  std::vector<ParamGrad> reshaped = {{"b", wide, wide_g}, ab[0]};
+  EXPECT_THROW(opt.step(reshaped, 1.0), Error);  // b's state has one value
+  EXPECT_EQ(values(wide), (std::vector<float>{1, 2}));
+  std::vector<ParamGrad> twice = {ab[0], ab[0]};
+  EXPECT_THROW(opt.step(twice, 1.0), Error);  // a name twice
+}
+
 TEST(Optimizer, RejectsBadInputsNamingTheParameter) {
   Optimizer opt(opts(OptimizerKind::kMomentum));
   Tensor w = make({1, 2}), g = make({1, 2, 3});
