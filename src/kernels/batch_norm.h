@@ -87,10 +87,11 @@ struct BnGradStats {
 
 // Per channel c, from the sums: the batch's mean and 1 / sqrt(var + eps) (saved for the
 // backward pass), the running statistics, and coef = {γ·inv_std, mean, β} for BnAffine.
+// It leaves the channel's sums at zero, ready for the next pass's (no clearing pass).
 template <typename S = float, typename C = F32>
 struct BnForwardFinalize {
-  const double* sums;  // [2C]: Σ(x − k), Σ(x − k)²
-  const S* x;          // row 0 holds the shift k
+  double* sums;  // [2C]: Σ(x − k), Σ(x − k)²; zero on return
+  const S* x;    // row 0 holds the shift k
   const float *gamma, *beta;
   float *running_mean, *running_var, *saved_mean, *saved_inv_std;
   float* coef;  // [3C]
@@ -100,6 +101,7 @@ struct BnForwardFinalize {
     const double n = static_cast<double>(rows);
     const double shifted = sums[c] / n;
     const double d = sums[channels + c] / n - shifted * shifted;
+    sums[c] = sums[channels + c] = 0.0;
     const double var = d < 0 ? 0.0 : d;  // rounding can make it slightly negative; NaN stays NaN
     const double mean = static_cast<double>(C::load(x[c])) + shifted;
     const float inv = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
@@ -143,15 +145,17 @@ struct BnAffine {
 
 // Per channel c, from the backward sums: the parameters' gradients (written, not added:
 // dγ = Σ dy·x̂, dβ = Σ dy) and coef = {k1, k2, k3, mean} for BnBackwardData, where
-// dx = γ·inv·(dy − Σdy / n − x̂·Σ(dy·x̂) / n) = k1·dy + k2·(x − mean) + k3.
+// dx = γ·inv·(dy − Σdy / n − x̂·Σ(dy·x̂) / n) = k1·dy + k2·(x − mean) + k3. It leaves
+// the channel's sums at zero, as BnForwardFinalize does.
 struct BnBackwardFinalize {
-  const double* sums;  // [2C]: Σ dy, Σ dy·(x − mean)
+  double* sums;  // [2C]: Σ dy, Σ dy·(x − mean); zero on return
   const float *gamma, *mean, *inv_std;
   float *grad_gamma, *grad_beta;
   float* coef;  // [4C]
   int64_t rows, channels;
   COHORT_HD void operator()(int64_t c) const {
     const double n = static_cast<double>(rows), inv = inv_std[c], sdy = sums[c], sdxm = sums[channels + c];
+    sums[c] = sums[channels + c] = 0.0;
     grad_gamma[c] = static_cast<float>(sdxm * inv);
     grad_beta[c] = static_cast<float>(sdy);
     const double k1 = gamma[c] * inv;

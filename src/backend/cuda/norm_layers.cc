@@ -192,6 +192,7 @@ class BatchNormLayer final : public CudaLayer {
       saved_mean_ = plan_.alloc({c});
       saved_inv_var_ = plan_.alloc({c});
       sums_ = plan_.alloc({2 * c}, DType::kF64);
+      zero(sums_, cstream());  // once: each finalize leaves them at zero for the next pass
     }
     with_type(dtype(), [&]<typename S, typename C>() {
       fwd.push_back({[this, c] {
@@ -199,7 +200,6 @@ class BatchNormLayer final : public CudaLayer {
         if (training()) {
           const int64_t rows = in().numel() / c;
           double* sums = sums_.data_as<double>();
-          zero(sums_, cstream());
           kernels::bn_stats_sums<S, C>(cstream(), rows, c, in().cxs<S>(), sums);
           kernels::for_each(cstream(), c,
                             kernels::BnForwardFinalize<S, C>{sums, in().cxs<S>(), plan_.param(spec_.params[0]),
@@ -233,7 +233,6 @@ class BatchNormLayer final : public CudaLayer {
         double* sums = sums_.data_as<double>();
         const float* mean = saved_mean_.data_as<float>();
         const S* y = fused_ ? out().cxs<S>() : nullptr;
-        zero(sums_, cstream());
         kernels::bn_grad_sums<S, C>(cstream(), rows, c, in().cxs<S>(), out().cdxs<S>(), mean, y, sums);
         kernels::for_each(cstream(), c,
                           kernels::BnBackwardFinalize{sums, plan_.param(spec_.params[0]), mean,

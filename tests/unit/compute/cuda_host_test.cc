@@ -496,9 +496,9 @@ struct BatchNormTest {
     expect_near(from_form<S, C>(y, c, hw, true), cpu_y, z ? tol * 4 : tol, "batch norm forward");
     expect_near(mean, cpu_mean, tol * offset, "running mean");  // relative to the mean
     expect_near(var, cpu_var, tol * 4, "running variance");
+    EXPECT_EQ(sums, std::vector<double>(sums.size(), 0.0)) << "the finalize leaves the sums at zero";
 
     const S* relu_out = fold == Fold::kNone ? nullptr : y.data();
-    std::fill(sums.begin(), sums.end(), 0.0);
     kernels::bn_grad_sums<S, C>(Stream::host(1), rows, c, xs.data(), dys.data(), saved_mean.data(), relu_out,
                                 sums.data());
     kernels::host_for_each(1, c,
