@@ -195,7 +195,8 @@ void host_reduce_into(int threads, int64_t n, const Map& map, const Combine& com
 // `out` lives on the stream's device and holds the identity (or an earlier result) of
 // `combine`, which must be associative and commutative. map(i) may write element i of
 // its own buffers (a scaling pass that also checks its results). T is 4 or 8 bytes
-// (the CUDA kernel combines into *out with atomicCAS, or atomicAdd for a sum: kSum).
+// (the CUDA kernel combines into *out with atomicCAS, or atomicAdd for a sum, kSum, of
+// u32, f32 or f64 values).
 // On the host the order of the combination is fixed for a given thread count.
 template <typename T, typename Map, typename Combine>
 void reduce_into(const Stream& stream, int64_t n, const Map& map, const Combine& combine, T* out) {

@@ -127,6 +127,7 @@ Tensor& Optimizer::state_for(const ParamGrad& p, std::string_view suffix, const 
     Tensor moved = Tensor::empty_like(p.param, stream);
     copy(moved, it->second, stream);
     it->second = moved;
+    checked_.clear();  // it may hold the buffer just released
   }
   return it->second;
 }
@@ -165,18 +166,20 @@ bool Optimizer::same_as_checked(std::span<const ParamGrad> params) const {
 
 void Optimizer::remember_checked(std::span<const ParamGrad> params, const Stream& stream) {
   const std::vector<std::string_view> suffixes = state_suffixes();
-  checked_.clear();
+  std::vector<Checked> checked;  // assigned last: state_for empties checked_ when it moves a state
   for (const ParamGrad& p : params) {
     Checked c{p.name, p.param.shape(), p.param.device(), {nullptr, nullptr}};
     for (size_t s = 0; s < suffixes.size(); ++s) c.state[s] = state_for(p, suffixes[s], stream).data_as<float>();
-    checked_.push_back(std::move(c));
+    checked.push_back(std::move(c));
   }
+  checked_ = std::move(checked);
 }
 
 std::vector<double> Optimizer::norms(std::span<const ParamGrad> params, const std::vector<char>& wanted,
                                      const Stream& stream) const {
   const size_t n = params.size();
   std::vector<double> sums(2 * n, 0.0);
+  if (std::find(wanted.begin(), wanted.end(), 1) == wanted.end()) return sums;  // nothing to read back
   double* out = sums.data();
   Tensor on_device;  // the sums, where the stream is a device's
   if (!stream.is_host() && n > 0) {

@@ -103,7 +103,8 @@ class Optimizer {
   OptimizerOptions options_;
   int64_t steps_ = 0;
   std::map<std::string, Tensor, std::less<>> state_;  // "<param>/<suffix>" → f32 tensor
-  std::vector<Checked> checked_;                      // the last step's parameters (emptied by import_state)
+  std::vector<Checked> checked_;  // the last step's parameters; emptied where a state's buffer changes
+                                  // (import_state, a state moved to its parameter's device)
 };
 
 }  // namespace cohort

@@ -77,9 +77,11 @@ bool parse_algo_line(std::string_view line, std::string& device, std::string& ke
   const std::optional<int64_t> algo = whole(number[0], INT_MAX), math = whole(number[1], INT_MAX),
                                workspace = whole(number[2], INT64_MAX);
   const std::optional<double> time = parse_double(number[3]);
-  const char* bad = !algo ? "ALGO" : !math ? "MATH_TYPE" : !workspace ? "WORKSPACE_BYTES" : nullptr;
-  if (bad) {
-    why = cat(bad, " must be a whole number >= 0, got '", field[2], "'");
+  const int bad = !algo ? 0 : !math ? 1 : !workspace ? 2 : -1;
+  if (bad >= 0) {
+    const char* names[] = {"ALGO", "MATH_TYPE", "WORKSPACE_BYTES"};
+    why = cat(names[bad], " must be a whole number from 0 to ", bad == 2 ? INT64_MAX : INT_MAX, ", got '",
+              number[static_cast<size_t>(bad)], "'");
     return false;
   }
   if (!time || !std::isfinite(*time) || *time < 0) {

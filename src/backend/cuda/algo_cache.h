@@ -55,12 +55,14 @@ class AlgoCache {
 
   // Keeps the choices in `path` for `device` (tabs and line breaks in it become spaces):
   // reads that device's choices when the file exists, and save() writes there. Throws
-  // kInvalidArgument naming the file and line of a line that is not a choice, kIo when
-  // the file cannot be read.
+  // kCorruptData naming the file and line of a line that is not a choice, kIo when the
+  // file cannot be read.
   void attach(std::filesystem::path path, std::string device);
   // Writes the choices searched since attach() or the last save() to the file, with
   // every line it holds now (other devices', another process's) except the ones these
-  // replace, atomically (core/files.h). Does nothing without a file or a new search.
+  // replace, atomically (core/files.h): its comments first, then the choices sorted by
+  // device and key. Does nothing without a file or a new search. Holds the cache's lock
+  // meanwhile (once per plan built).
   void save();
   size_t loaded() const;  // choices read by attach()
 

@@ -1,8 +1,8 @@
 // Max, average (padding excluded) and global-average pooling on the kernels/pool.h
 // functors (packed for NHWC values with whole 16-byte packs of channels), in either
-// layout and any type: the same windows as the network's (ceil
-// mode with more padding at the bottom or right included), max pooling's gradient to
-// the first maximum of each window, as on the CPU.
+// layout and any type: the same windows as the network's (ceil mode with more padding
+// at the bottom or right included), max pooling's gradient to the first maximum of
+// each window, as on the CPU.
 #include "backend/cuda/plan.h"
 #include "kernels/for_each.h"
 #include "kernels/pool.h"

@@ -68,7 +68,7 @@ __device__ void atomic_combine(T* out, T value, Combine combine) {
 // retries under contention, which a reduction's many blocks would meet.
 template <typename T, typename Combine>
 constexpr bool kAtomicSum = requires {
-  Combine::kSum;
+  requires Combine::kSum;
 }
 &&(std::is_same_v<T, unsigned int> || std::is_same_v<T, float> || std::is_same_v<T, double>);
 

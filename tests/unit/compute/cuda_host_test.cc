@@ -171,8 +171,9 @@ TEST(AlgoCache, ABadLineIsRefusedByFileAndLineAndTheFileStaysAsItWas) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"dev only a key", "expected DEVICE<TAB>KEY<TAB>ALGO MATH_TYPE WORKSPACE_BYTES TIME_MS, got 'dev only a key'"},
       {"dev\tkey\t1 0 64", "expected four numbers"},
-      {"dev\tkey\t1 -1 64 0.5", "MATH_TYPE must be a whole number >= 0, got '1 -1 64 0.5'"},
-      {"dev\tkey\tx 0 64 0.5", "ALGO must be a whole number >= 0"},
+      {"dev\tkey\t1 -1 64 0.5", "MATH_TYPE must be a whole number from 0 to 2147483647, got '-1'"},
+      {"dev\tkey\tx 0 64 0.5", "ALGO must be a whole number from 0 to 2147483647, got 'x'"},
+      {"dev\tkey\t1 0 1e3 0.5", "WORKSPACE_BYTES must be a whole number from 0 to 9223372036854775807, got '1e3'"},
       {"dev\tkey\t1 0 64 nan", "TIME_MS must be a number >= 0, got 'nan'"},
       {"\tkey\t1 0 64 0.5", "expected DEVICE<TAB>KEY"},
   };
@@ -504,6 +505,7 @@ struct BatchNormTest {
     kernels::host_for_each(1, c,
                            kernels::BnBackwardFinalize{sums.data(), gamma.data(), saved_mean.data(), saved_inv.data(),
                                                        dgamma.data(), dbeta.data(), coef.data(), rows, c});
+    EXPECT_EQ(sums, std::vector<double>(sums.size(), 0.0)) << "the backward finalize leaves the sums at zero";
     kernels::bn_backward_data<S, C>(Stream::host(1), count, {c, false, false}, dx.data(), dys.data(), xs.data(),
                                     coef.data(), relu_out, z ? dz.data() : nullptr);
     std::vector<float> input_grad = from_form<S, C>(dx, c, hw, true);
@@ -765,6 +767,7 @@ void expect_packed_pooling_is_scalar() {
                              a1);
       kernels::host_for_each(1, ny / kVec, kernels::PoolForward<S, C, kVec>{geo, max}, y2.data(),
                              static_cast<const S*>(x.data()), a2);
+      ASSERT_TRUE(kernels::packs_fit<S>(c, {y3.data(), x.data(), arg3.data()}));  // the entries' packed path
       kernels::pool_forward<S, C>(Stream::host(2), geo, max, y3.data(), x.data(), max ? arg3.data() : nullptr);
       EXPECT_EQ(y1, y2);
       EXPECT_EQ(y1, y3);

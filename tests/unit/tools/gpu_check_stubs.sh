@@ -208,10 +208,11 @@ check "--perf reports medians, ratios and goals, and a refused precision as N/A"
   -- STUB_COHORT_f32="900 1100 1000" STUB_TORCH_f32="2600 2400 2500" STUB_REFUSE=f16 STUB_TORCH_f16="4742" \
      STUB_COHORT_bf16="980 975 990" STUB_TORCH_bf16="1000 990 1010" STUB_H2D="53.1 51.0 54.6" \
   -- --perf --python "$work/python3"
-# Each precision: cohort, PyTorch, cohort, PyTorch, …; a refused one stops after its first try.
+# Each precision: cohort, PyTorch, cohort, PyTorch, …; a refused one stops after its first try;
+# a variant of a precision measured before runs cohort alone.
 order=$(cut -d' ' -f1,2 "$STUB_STATE/order" | tr '\n' ,)
 want="cohort f32,torch f32,cohort f32,torch f32,cohort f32,torch f32,cohort f16,torch f16,"
-want+="cohort bf16,torch bf16,cohort bf16,torch bf16,cohort bf16,torch bf16,cohort f16,torch f16,"
+want+="cohort bf16,torch bf16,cohort bf16,torch bf16,cohort bf16,torch bf16,cohort f16,"  # f16-graphs: perf-f16's PyTorch run
 if [ "$order" = "$want" ]; then echo "ok: the runs interleave"; else echo "FAIL: runs in the order $order, expected $want"; fails=1; fi
 check "--only perf-f32: that stage alone; a ratio of 0.979 misses the goal" 0 \
   '^perf-f32 +PASS .*cohort 979\.0 images/sec \(median of 1\), PyTorch 1000\.0 images/sec \(median of 1\): ratio 0\.979, goal \(>= 0\.98\) not met' \

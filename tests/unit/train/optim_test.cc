@@ -293,6 +293,27 @@ TEST(Optimizer, UpdatesOnADeviceMatchTheHostAndKeepTheirStateThere) {
   }
 }
 
+// A state that moves to its parameter's device (init_state with the same names on
+// another device) releases its old buffer: a later step with the first list looks its
+// state up again, and continues as an optimizer that never moved.
+TEST(Optimizer, AStateMovedToAnotherDeviceIsLookedUpAgain) {
+  const Device test{Device::Kind::kTest, 0};
+  Memory memory;
+  Optimizer moved(opts(OptimizerKind::kMomentum, 0.0)), stayed(opts(OptimizerKind::kMomentum, 0.0));
+  Tensor w = make({1.0f, 2.0f}), g = make({0.5f, -1.0f}), w_ref = make({1.0f, 2.0f});
+  ParamGrad p{"w", w, g}, ref{"w", w_ref, g};
+  moved.step({&p, 1}, 0.1);
+  stayed.step({&ref, 1}, 0.1);
+  Tensor dw = clone_to(w, *memory.on(test)), dg = clone_to(g, *memory.on(test));
+  OwnedStream stream(test);
+  ParamGrad on_device{"w", dw, dg};
+  moved.init_state({&on_device, 1}, stream);  // the velocity moves to the test device
+  synchronize(stream);
+  moved.step({&p, 1}, 0.1);  // and back
+  stayed.step({&ref, 1}, 0.1);
+  EXPECT_EQ(values(w), values(w_ref));
+}
+
 TEST(Optimizer, RefusesParametersAndStreamsOnDifferentDevices) {
   const Device test{Device::Kind::kTest, 0};
   Memory memory;
