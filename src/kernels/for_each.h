@@ -233,25 +233,6 @@ void for_each_list(const Stream& stream, const std::vector<ForEachItem<F, Args..
     std::apply([&](Args... a) { host_for_each(stream.threads(), item.n, item.f, a...); }, item.args);
 }
 
-// reduce_into over a list of tensors into one *out (the same rules), in a few launches.
-template <typename T, typename Map, typename Combine>
-void reduce_list_into(const Stream& stream, const std::vector<ReduceItem<Map>>& items, const Combine& combine, T* out) {
-  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "reduce_list_into combines 4- or 8-byte values");
-  if (items.empty()) return;
-  if (stream.device().kind == Device::Kind::kCuda) {
-#if COHORT_HAVE_CUDA
-    std::vector<ReduceToItem<T, Map>> to;
-    to.reserve(items.size());
-    for (const ReduceItem<Map>& item : items) to.push_back({item.n, item.map, out});
-    cuda::launch_reduce_each_into<T>(stream.native(), std::span<const ReduceToItem<T, Map>>(to), combine);
-    return;
-#else
-    no_cuda_kernels();
-#endif
-  }
-  for (const ReduceItem<Map>& item : items) host_reduce_into(stream.threads(), item.n, item.map, combine, out);
-}
-
 // reduce_into for each item of a list into the item's own *out (the same rules), in a
 // few launches: per-tensor sums (the LARS norms) that the host reads back at once.
 template <typename T, typename Map, typename Combine>
@@ -268,6 +249,16 @@ void reduce_each_into(const Stream& stream, const std::vector<ReduceToItem<T, Ma
   }
   for (const ReduceToItem<T, Map>& item : items)
     host_reduce_into(stream.threads(), item.n, item.map, combine, item.out);
+}
+
+// reduce_into over a list of tensors into one *out (the same rules), in a few launches:
+// reduce_each_into with every item's output `out`.
+template <typename T, typename Map, typename Combine>
+void reduce_list_into(const Stream& stream, const std::vector<ReduceItem<Map>>& items, const Combine& combine, T* out) {
+  std::vector<ReduceToItem<T, Map>> to;
+  to.reserve(items.size());
+  for (const ReduceItem<Map>& item : items) to.push_back({item.n, item.map, out});
+  reduce_each_into(stream, to, combine);
 }
 
 }  // namespace cohort::kernels
