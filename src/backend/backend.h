@@ -72,7 +72,9 @@ class Plan {
   // Backward from the loss, or from `output_grad` (plain, like read(); undefined for
   // nets with a loss) for nets without one. Gradients overwrite the bound gradient
   // memory; `ready(i, event)` is called, on the calling thread, as soon as the work
-  // that finishes gradient i is enqueued.
+  // that finishes gradient i is enqueued (with CUDA graphs: once the graph holding it is
+  // launched). A plan replaying graphs records the same event for gradient i every
+  // pass: whoever waits for it does so before the next backward.
   virtual void backward(const Tensor& output_grad, const GradReady& ready, const Stream& stream) = 0;
   // Copies layer `index`'s output into dst (f32, batch first, plain, in the plan's
   // layout; host or device memory), complete on return.

@@ -68,8 +68,8 @@ class DropoutLayer final : public CudaLayer {
 
   void build_forward() override {
     identity_ = !training() || spec_.p <= 0.f;
-    if (identity_) {  // the input's memory, whatever it is at this step
-      fwd.push_back({[this] { out().out = in().out; }, 0, false, StepKind::kHost});
+    if (identity_) {  // the input's memory (with graphs the same every pass: a replay needs no step)
+      fwd.push_back({[this] { out().out = in().out; }});
       return;
     }
     alloc_out();
@@ -163,12 +163,12 @@ class FoldedLayer final : public CudaLayer {
     plan_.grad_read(bwd, out());  // what casts of its value received, and zero if nothing
     DVal* src = &plan_.vals_.at(static_cast<size_t>(source_));
     src->writers++;  // the source reads it as its own gradient, once its backward runs
-    // A host step (it moves a tensor): with graphs both keep the memory, shared.
+    // It moves a tensor on the host; with graphs both keep the memory, shared, from the
+    // capture on, so a replay needs the step no more.
     bwd.push_back({[src, v = &out(), keep = plan_.graphs()] {
-                     src->grad = v->grad;
-                     if (!keep) v->grad = Tensor();
-                   },
-                   0, false, StepKind::kHost});
+      src->grad = v->grad;
+      if (!keep) v->grad = Tensor();
+    }});
   }
 
  private:

@@ -78,6 +78,34 @@ class CudaGraphOps final : public GraphOps {
   bool& capturing_;
 };
 
+// The event a ready() step records inside a graph: one CUDA event, recorded by every
+// launch (an external event node: other streams and the host may wait for it).
+class GraphEvent final : public Event::Impl {
+ public:
+  GraphEvent() { check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags"); }
+  ~GraphEvent() override { cudaEventDestroy(event_); }
+  GraphEvent(const GraphEvent&) = delete;
+  GraphEvent& operator=(const GraphEvent&) = delete;
+
+  void record_in_capture(cudaStream_t s) {
+    check(cudaEventRecordWithFlags(event_, s, cudaEventRecordExternal), "cudaEventRecordWithFlags");
+  }
+  bool query() override {
+    const cudaError_t rc = cudaEventQuery(event_);
+    if (rc == cudaErrorNotReady) return false;
+    check(rc, "cudaEventQuery");
+    return true;
+  }
+  void synchronize() override { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  void block(const Stream& s) override {
+    if (s.device().kind != Device::Kind::kCuda) return synchronize();
+    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s.native()), event_, 0), "cudaStreamWaitEvent");
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 void check_input(const Tensor& t, Device device, const Shape& want, DType dtype, const char* what) {
   if (!(t.device() == device) || t.dtype() != dtype || !t.is_contiguous() || t.shape() != want)
     fail(Code::kInvalidArgument, what, " is ", t.describe(), " but the CUDA plan needs a contiguous ",
@@ -198,12 +226,25 @@ void CudaPlan::grad_done(Steps& steps, DVal& v) {
 }
 
 void CudaPlan::ready(Steps& steps, const std::vector<int>& params) {
-  steps.push_back({[this, params] {
+  const size_t slot = ready_events_.size();
+  ready_events_.emplace_back();
+  graph_events_.emplace_back();
+  steps.push_back({[this, slot] { ready_events_[slot] = record_ready(slot); }, 0, false, StepKind::kNotify,
+                   [this, slot, params] {
                      if (!ready_ || !*ready_) return;
-                     const Event e = record_event(stream_);
-                     for (int p : params) (*ready_)(p, e);
-                   },
-                   0, false, StepKind::kHost});
+                     for (int p : params) (*ready_)(p, ready_events_[slot]);
+                   }});
+}
+
+// Eagerly a new event each pass, as record_event makes (a listener may keep it); while
+// capturing the slot's own event, which the graph records at each launch: a listener is
+// done with one pass's events before the next backward (the engine's wait_all).
+Event CudaPlan::record_ready(size_t slot) {
+  if (!capturing_) return ready_ && *ready_ ? record_event(stream_) : Event();
+  std::shared_ptr<Event::Impl>& e = graph_events_[slot];
+  if (!e) e = std::make_shared<GraphEvent>();
+  static_cast<GraphEvent&>(*e).record_in_capture(stream());
+  return Event(e);
 }
 
 void CudaPlan::use(const Stream& stream) {
@@ -331,7 +372,7 @@ void CudaPlan::collect_profile(bool wait) const {
 
 void CudaPlan::run_graphs(const Steps& steps, std::unique_ptr<StepGraphs>& graphs) {
   CudaGraphOps ops(stream(), capturing_);
-  graphs->pass([&](size_t i) { steps[i].run(); }, ops);
+  graphs->pass([&](size_t i) { steps[i].run(); }, ops, [&](size_t i) { steps[i].notify(); });
   if (graphs->disabled() && !graphs_warned_) {
     graphs_warned_ = true;
     COHORT_LOG_WARN("CUDA graphs are off for this plan: a capture failed (", graphs->why_disabled(),
@@ -346,7 +387,10 @@ void CudaPlan::run(const Steps& steps, bool backward) {
       run_graphs(steps, graphs);
       return;
     }
-    for (const Step& s : steps) s.run();
+    for (const Step& s : steps) {
+      s.run();
+      if (s.notify) s.notify();
+    }
     return;
   }
   // Each step between two events on the stream; read when the profile is asked for, and
@@ -360,6 +404,7 @@ void CudaPlan::run(const Steps& steps, bool backward) {
     s.run();
     check(cudaEventRecord(t.stop, stream()), "cudaEventRecord");
     timed_.push_back(t);
+    if (s.notify) s.notify();
   }
   (backward ? profile_.backwards : profile_.forwards)++;
 }

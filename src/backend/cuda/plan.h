@@ -64,8 +64,10 @@ struct Step {
   int layer = 0;
   bool reorder = false;  // layout conversions, booked as the profile's reorders
   // kHost: runs each pass even when graphs replay the others (step_graphs.h): its kernel
-  // arguments change between passes, or it acts on the host.
+  // arguments change between passes, or it acts on the host. kNotify: a device step whose
+  // host part, `notify`, runs after its work is enqueued (or its graph launched), each pass.
   StepKind kind = StepKind::kDevice;
+  std::function<void()> notify = nullptr;
 };
 using Steps = std::vector<Step>;
 
@@ -216,7 +218,9 @@ class CudaPlan final : public Plan {
   const void* ones(DType t, int64_t n);
   // After the producer of v has read v's gradient: the memory goes back.
   void grad_done(Steps& steps, DVal& v);
-  // Reports gradients `params` final after the work enqueued so far.
+  // Reports gradients `params` final after the work enqueued so far: a notify step, which
+  // records an event (eagerly a new one each pass; in a graph one kept for the plan's
+  // life, recorded by each launch) and hands it to the pass's GradReady.
   void ready(Steps& steps, const std::vector<int>& params);
   // Whether the plan replays its passes from CUDA graphs (memory is then kept, see above).
   bool graphs() const { return ctx_.graphs; }
@@ -240,6 +244,10 @@ class CudaPlan final : public Plan {
   std::vector<std::unique_ptr<CudaLayer>> layers_;
   std::unique_ptr<StepGraphs> fwd_graphs_, bwd_graphs_;
   bool capturing_ = false;
+  // Per ready() step: the event its last run recorded, and the one graphs record.
+  std::vector<Event> ready_events_;
+  std::vector<std::shared_ptr<Event::Impl>> graph_events_;
+  Event record_ready(size_t slot);
   bool graphs_warned_ = false;
   Tensor input_;            // with graphs: the plan's copy of the caller's input
   std::deque<DVal> casts_;  // cast values (stable addresses)

@@ -71,11 +71,12 @@ class FlattenLayer final : public CudaLayer {
   using CudaLayer::CudaLayer;
 
   void build_forward() override {
+    // A view, made on the host; with graphs of memory the same every pass (a replay needs
+    // the step no more).
     fwd.push_back({[this] {
-                     const int64_t n = out().desc.dims[0], f = out().desc.dims[1];
-                     out().out = Tensor::wrap(in().out.data(), {n, f}, dtype(), in().out.device());
-                   },
-                   0, false, StepKind::kHost});  // a view, made on the host
+      const int64_t n = out().desc.dims[0], f = out().desc.dims[1];
+      out().out = Tensor::wrap(in().out.data(), {n, f}, dtype(), in().out.device());
+    }});
   }
 
   void build_backward() override {

@@ -7,8 +7,11 @@
 // A host step must run each pass: its kernel arguments change from pass to pass (the
 // dropout draws, the loss scale, the labels' presence) or it acts on the host (the
 // gradient-ready notifications, which record an event and hand it to the collective
-// engine). The pass's segments are the maximal runs of device steps, captured, and the
-// host steps between them, run as they are.
+// engine). A notify step is a device step with a host part: it records an event (its
+// device part, captured) and hands the event out (its host part): eagerly right after
+// the record; with graphs after the launch of the graph that holds the record, each
+// pass. The pass's segments are the maximal runs of device and notify steps, captured,
+// and the host steps between them, run as they are.
 //
 // The first `warmup` passes run every step eagerly: they make what a capture must not
 // (gradient memory, the ones vectors, the caching allocator's blocks), so that the
@@ -27,7 +30,7 @@
 
 namespace cohort::backend::cuda {
 
-enum class StepKind { kDevice, kHost };
+enum class StepKind { kDevice, kHost, kNotify };
 
 // What capturing needs of a device (CUDA: stream capture on the plan's stream).
 class GraphOps {
@@ -52,8 +55,9 @@ class StepGraphs {
 
   StepGraphs(const std::vector<StepKind>& kinds, int warmup);
 
-  // One pass: run(i) runs step i's host code, which enqueues its work.
-  void pass(const std::function<void(size_t)>& run, GraphOps& ops);
+  // One pass: run(i) runs step i's host code, which enqueues its work; notify(i) runs a
+  // notify step's host part, after its work is enqueued (or its graph launched).
+  void pass(const std::function<void(size_t)>& run, GraphOps& ops, const std::function<void(size_t)>& notify = nullptr);
   void reset();
 
   const std::vector<Segment>& segments() const { return segments_; }
@@ -62,9 +66,11 @@ class StepGraphs {
   const std::string& why_disabled() const { return why_disabled_; }
 
  private:
-  void eager(const Segment& s, const std::function<void(size_t)>& run) const;
+  void eager(const Segment& s, const std::function<void(size_t)>& run, const std::function<void(size_t)>& notify) const;
+  void notify_all(const Segment& s, const std::function<void(size_t)>& notify) const;
   void give_up(GraphOps& ops, std::string why);
 
+  std::vector<StepKind> kinds_;
   std::vector<Segment> segments_;
   std::vector<std::shared_ptr<void>> graphs_;  // per segment (null: a host segment, or an empty graph)
   std::vector<bool> made_;                     // per segment: captured

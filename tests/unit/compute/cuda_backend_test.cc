@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -359,6 +360,63 @@ TEST(CudaBackend, DescribesTheGpuAndItsMathPolicy) {
   EXPECT_EQ(b->device(), Device::cuda(0));
   EXPECT_FALSE(b->stream().is_host());
   EXPECT_NE(b->describe().find("tf32=auto"), std::string::npos) << b->describe();
+}
+
+// With graphs the gradient-ready notifications are recorded inside the captured
+// backward (one graph for it here) and handed out after its launch: each gradient is
+// reported once a pass, and another stream that waits for its event copies the
+// gradient as the pass leaves it, in the eager, the capture and the replayed passes.
+TEST(CudaBackend, WithGraphsEachGradientIsReadyOncePerPassAfterItsLastWrite) {
+  const CudaProbe probe = probe_cuda();
+  if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
+  Memory memory;
+  backend::BackendOptions o;
+  o.memory = memory.on(Device::cuda(0));
+  o.cuda_graphs = true;
+  auto b = backend::make_backend(Device::cuda(0), 1, o);
+  ConvOptions same;
+  same.pad = 1;
+  Graph g({3, 8, 8});
+  const int c = g.conv(g.input(), "a", 8, same);
+  const int r = g.relu(g.batch_norm(c, "bn"), "relu");
+  const int f = g.dense(g.flatten(g.conv(r, "b", 4, same), "flat"), "fc", 5);
+  g.softmax_xent(f, "loss", 0.f);
+  g.set_backend(b, o.memory);
+  g.materialize(5);
+  const int64_t n = 4;
+  auto& plan = g.plan(n, Layout::kNHWC, true, false);
+  OwnedStream side(Device::cuda(0));
+  std::vector<Tensor> copies;
+  for (const Parameter& p : g.params()) copies.push_back(clone_to(p.grad, *o.memory));
+  for (int pass = 0; pass < 5; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    std::vector<float> x = ramp(n * 3 * 8 * 8, 0.29f * static_cast<float>(pass + 1));
+    std::vector<int32_t> labels;
+    for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((i + pass) % 5));
+    const Tensor dx = clone_to(test::batch_view(x, g, n, Layout::kNHWC), *o.memory);
+    const Tensor dy = clone_to(test::labels_view(labels, n), *o.memory);
+    plan.forward(dx, dy, static_cast<uint64_t>(pass), g.stream());
+    std::vector<int> reported(g.params().size(), 0);
+    plan.backward(
+        {},
+        [&](int i, const Event& e) {
+          ASSERT_TRUE(i >= 0 && i < static_cast<int>(reported.size()));
+          ++reported[static_cast<size_t>(i)];
+          EXPECT_TRUE(e.recorded());
+          e.block(side);  // the copy waits for the gradient's last write, nothing more
+          copy(copies[static_cast<size_t>(i)], g.params()[static_cast<size_t>(i)].grad, side);
+        },
+        g.stream());
+    synchronize(side);
+    synchronize(g.stream());
+    for (size_t i = 0; i < reported.size(); ++i) {
+      EXPECT_EQ(reported[i], 1) << g.params()[i].name;
+      const Tensor want = to_host(g.params()[i].grad), got = to_host(copies[i]);
+      EXPECT_EQ(std::memcmp(want.data(), got.data(), want.numel() * sizeof(float)), 0)
+          << g.params()[i].name << ": the copy after its event differs from the final gradient";
+    }
+  }
+  EXPECT_TRUE(plan.replays_graphs());
 }
 
 // A training plan's convolution searches land in the cache file, one line per pass and

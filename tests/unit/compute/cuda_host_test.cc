@@ -1104,6 +1104,55 @@ TEST(CudaGraphs, DeviceRunsAreCapturedAfterTheWarmUpAndHostStepsRunEveryPass) {
   EXPECT_THROW(backend::cuda::StepGraphs({D}, 0), Error);  // the warm-up makes what a capture must not
 }
 
+TEST(CudaGraphs, ANotifyStepIsCapturedAndItsHostPartFollowsTheLaunchEachPass) {
+  using backend::cuda::StepKind;
+  const StepKind D = StepKind::kDevice, H = StepKind::kHost, N = StepKind::kNotify;
+  // A backward pass: two gradient-ready notifications among the device steps (one
+  // segment with them), a per-pass-argument step, then device work again.
+  backend::cuda::StepGraphs g({D, N, D, N, H, D}, 1);
+  ASSERT_EQ(g.segments().size(), 3u);
+  EXPECT_TRUE(g.segments()[0].device);
+  EXPECT_EQ(g.segments()[0].end, 4u) << "a notify step does not split a device run";
+  FakeGraphs dev;
+  auto pass = [&] {
+    dev.log.clear();
+    g.pass([&](size_t i) { dev.run_step(i); }, dev,
+           [&](size_t i) { dev.log.push_back("notify " + std::to_string(i)); });
+    return dev.log;
+  };
+  EXPECT_EQ(pass(),
+            (std::vector<std::string>{"run 0", "run 1", "notify 1", "run 2", "run 3", "notify 3", "run 4", "run 5"}))
+      << "eagerly each host part right after its step";
+  const std::vector<std::string> replayed = {"replay 0", "replay 1", "replay 2", "replay 3",
+                                             "notify 1", "notify 3", "run 4",    "replay 5"};
+  EXPECT_EQ(pass(), replayed) << "the capture pass hands out only after the launch";
+  EXPECT_EQ(dev.captures, 2);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(pass(), replayed);
+  EXPECT_EQ(dev.captures, 2);
+
+  // A capture that fails hands nothing out for it: the segment runs eagerly, each host
+  // part once, after its own step.
+  backend::cuda::StepGraphs f({D, N, D}, 1);
+  FakeGraphs dev2;
+  dev2.fail_capture_at = 0;
+  int notified = 0;
+  auto run = [&](size_t i) { dev2.run_step(i); };
+  auto notify = [&](size_t i) {
+    ++notified;
+    dev2.log.push_back("notify " + std::to_string(i));
+  };
+  f.pass(run, dev2, notify);
+  dev2.log.clear();
+  f.pass(run, dev2, notify);
+  EXPECT_EQ(dev2.log, (std::vector<std::string>{"run 0", "run 1", "notify 1", "run 2"}));
+  EXPECT_EQ(notified, 2) << "once per pass";
+  EXPECT_TRUE(f.disabled());
+  // Without a notify function the host parts are skipped, not an error.
+  dev2.log.clear();
+  f.pass(run, dev2);
+  EXPECT_EQ(dev2.log, (std::vector<std::string>{"run 0", "run 1", "run 2"}));
+}
+
 TEST(CudaGraphs, AWarmUpCountsOnlyWhenWholeAndAnEmptyCaptureIsNeverLaunched) {
   using backend::cuda::StepKind;
   const StepKind D = StepKind::kDevice, H = StepKind::kHost;
