@@ -39,16 +39,30 @@ struct Fill {
 // Where element i of an image value sits in NCHW order (the order every device draws
 // dropout masks in and flattens in): i itself for NCHW or [N, F] values, else the
 // NCHW index of NHWC position i. c = channels, hw = height × width (0: NCHW).
+// a / b and a % b (a >= 0, b > 0), in 32 bits where both fit: a GPU divides int64 in
+// a long software sequence, int32 in a few instructions.
+struct DivMod {
+  int64_t q, r;
+};
+COHORT_HD DivMod div_mod(int64_t a, int64_t b) {
+  constexpr int64_t k32 = int64_t{1} << 32;
+  if (a < k32 && b < k32) {
+    const uint32_t a32 = static_cast<uint32_t>(a), b32 = static_cast<uint32_t>(b), q = a32 / b32;
+    return {static_cast<int64_t>(q), static_cast<int64_t>(a32 - q * b32)};
+  }
+  return {a / b, a % b};
+}
+
 COHORT_HD int64_t nchw_index(int64_t i, int64_t c, int64_t hw) {
   if (hw == 0) return i;
-  const int64_t ch = i % c, rest = i / c, pos = rest % hw, n = rest / hw;
-  return (n * c + ch) * hw + pos;
+  const DivMod a = div_mod(i, c), b = div_mod(a.q, hw);  // channel a.r, pixel b.r, sample b.q
+  return (b.q * c + a.r) * hw + b.r;
 }
 // The other way: where element i of an NCHW value sits in its NHWC form.
 COHORT_HD int64_t nhwc_index(int64_t i, int64_t c, int64_t hw) {
   if (hw == 0) return i;
-  const int64_t pos = i % hw, rest = i / hw, ch = rest % c, n = rest / c;
-  return (n * hw + pos) * c + ch;
+  const DivMod a = div_mod(i, hw), b = div_mod(a.q, c);  // pixel a.r, channel b.r, sample b.q
+  return (b.q * hw + a.r) * c + b.r;
 }
 
 // y = x × dropout_factor(logical index of i).
@@ -245,13 +259,10 @@ template <typename S = float, typename C = F32>
 struct WeightsFromOihw {
   int64_t k, c, rs;  // out channels, in channels (per group), kernel pixels
   bool ohwi;
+  // OHWI element (o, pos, ch) is OIHW element (o, ch, pos): an NHWC → NCHW index with
+  // the kernel pixels as the image's (1×1 kernels: the same order).
   COHORT_HD void operator()(int64_t i, S* dst, const float* w) const {
-    int64_t src = i;
-    if (ohwi) {
-      const int64_t ch = i % c, pos = (i / c) % rs, o = i / (c * rs);
-      src = (o * c + ch) * rs + pos;
-    }
-    dst[i] = C::store(w[src]);
+    dst[i] = C::store(w[ohwi && rs > 1 ? nchw_index(i, c, rs) : i]);
   }
 };
 template <typename S = float, typename C = F32>
@@ -259,12 +270,7 @@ struct GradToOihw {
   int64_t k, c, rs;
   bool ohwi;
   COHORT_HD void operator()(int64_t i, float* dw, const S* g) const {
-    int64_t src = i;
-    if (ohwi) {
-      const int64_t pos = i % rs, ch = (i / rs) % c, o = i / (rs * c);
-      src = (o * rs + pos) * c + ch;
-    }
-    dw[i] = C::load(g[src]);
+    dw[i] = C::load(g[ohwi && rs > 1 ? nhwc_index(i, c, rs) : i]);
   }
 };
 

@@ -900,6 +900,30 @@ TEST(CudaFunctors, WeightCopiesAndBiasesPlaceEveryElement) {
   EXPECT_EQ((to_form<float, F32>(nchw, 3, 6, true)), nhwc);
 }
 
+// The layout indexes divide in 32 bits where the operands fit and in 64 bits beyond:
+// both give the same quotients, and the NCHW and NHWC indexes undo each other on either
+// side of 2^32 (weights' OIHW ↔ OHWI orders are the same with the kernel pixels as hw).
+TEST(CudaFunctors, LayoutIndexesAgreeOnEitherSideOf32Bits) {
+  const int64_t k32 = int64_t{1} << 32;
+  for (int64_t a : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{123456789}, k32 - 1, k32, k32 + 5, 3 * k32 + 17})
+    for (int64_t b : {int64_t{1}, int64_t{3}, int64_t{64}, int64_t{4093}, k32 - 1, k32 + 3}) {
+      const kernels::DivMod d = kernels::div_mod(a, b);
+      EXPECT_EQ(d.q, a / b) << a << " / " << b;
+      EXPECT_EQ(d.r, a % b) << a << " % " << b;
+    }
+  for (const auto& [c, hw] : {std::pair<int64_t, int64_t>{3, 9}, {64, 3136}, {2048, 1}, {5, k32 / 4 + 1}}) {
+    const int64_t n = 4, total = n * c * hw;
+    for (int64_t i : {int64_t{0}, int64_t{1}, c * hw - 1, total / 2 + 3, total - 1, k32 - 1, k32, k32 + 11}) {
+      if (i >= total) continue;
+      const int64_t j = kernels::nchw_index(i, c, hw);
+      ASSERT_TRUE(j >= 0 && j < total) << i;
+      EXPECT_EQ(kernels::nhwc_index(j, c, hw), i) << "c " << c << ", hw " << hw << ", i " << i;
+      // The 64-bit formula: channel i % c, pixel (i / c) % hw, sample i / (c·hw).
+      EXPECT_EQ(j, (i / (c * hw) * c + i % c) * hw + (i / c) % hw) << i;
+    }
+  }
+}
+
 TEST(CudaFunctors, TheLossRowsMatchTheCpuBackendsLossAndGradient) {
   const int64_t n = 6, k = 7;
   Graph g({k});
