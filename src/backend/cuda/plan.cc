@@ -485,6 +485,13 @@ void CudaPlan::build() {
     append(fwd_, casts, i);
     append(fwd_, layer.fwd, i);
   }
+  if (weight_copier_ >= 0)  // the weight copies first, in a launch or two per type
+    fwd_.insert(fwd_.begin(), Step{[this] {
+                                     std::apply(
+                                         [&](const auto&... lists) { (kernels::for_each_list(stream_, lists), ...); },
+                                         weight_copies_);
+                                   },
+                                   weight_copier_, true});
   if (opt_.training) {
     for (size_t i = n; i-- > 1;) {
       if (!vals_[i].needs_grad) continue;

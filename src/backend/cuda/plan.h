@@ -29,6 +29,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -38,6 +39,7 @@
 #include "backend/cuda/step_graphs.h"
 #include "backend/math_policy.h"
 #include "backend/precision.h"
+#include "kernels/for_each.h"
 #include "kernels/layer_ops.h"
 #include "tensor/allocator.h"
 
@@ -224,6 +226,15 @@ class CudaPlan final : public Plan {
   void ready(Steps& steps, const std::vector<int>& params);
   // Whether the plan replays its passes from CUDA graphs (memory is then kept, see above).
   bool graphs() const { return ctx_.graphs; }
+  // n elements of a layer's weights in its type and order, made from the f32 master at
+  // the start of each forward: every layer's of one type in one list launch
+  // (kernels::for_each_list), which the profile books as `layer`'s reorders when it is
+  // the first to ask.
+  template <typename S, typename C>
+  void copy_weights(int layer, int64_t n, const kernels::WeightsFromOihw<S, C>& f, S* dst, const float* master) {
+    std::get<WeightCopies<S, C>>(weight_copies_).push_back({n, f, {dst, master}});
+    if (weight_copier_ < 0) weight_copier_ = layer;
+  }
 
  private:
   void build();
@@ -242,6 +253,13 @@ class CudaPlan final : public Plan {
   void run_graphs(const Steps& steps, std::unique_ptr<StepGraphs>& graphs);
 
   std::vector<std::unique_ptr<CudaLayer>> layers_;
+  template <typename S, typename C>
+  using WeightCopies = std::vector<kernels::ForEachItem<kernels::WeightsFromOihw<S, C>, S*, const float*>>;
+  std::tuple<WeightCopies<float, kernels::F32>, WeightCopies<uint16_t, kernels::F16Codec>,
+             WeightCopies<uint16_t, kernels::BF16Codec>>
+      weight_copies_;
+  int weight_copier_ = -1;  // the first layer with a weight copy
+
   std::unique_ptr<StepGraphs> fwd_graphs_, bwd_graphs_;
   bool capturing_ = false;
   // Per ready() step: the event its last run recorded, and the one graphs record.

@@ -3,7 +3,8 @@
 // accumulation) and dense layers (cublasGemmEx on the row-major tensors read as
 // column-major ones). The f32 master weights are read directly by an f32 NCHW
 // convolution or f32 dense layer; any other reads a copy in its type (and, NHWC, in
-// cuDNN's KRSC order) refreshed each forward, and its weight gradient is turned back
+// cuDNN's KRSC order) refreshed at the start of each forward, all layers' copies of a
+// type in one list launch (CudaPlan::copy_weights), and its weight gradient is turned back
 // into the f32 OIHW one. Biases are added by kernels::AddBias; their gradients are
 // sums over the batch as matrix products with a vector of ones (cuDNN's
 // BackwardBias for f32 NCHW).
@@ -97,8 +98,8 @@ class ConvLayer final : public CudaLayer {
     }
     fwd_ = choose(ConvPass::kForward, fwd_desc_);
     with_type(t, [&]<typename S, typename C>() {
+      if (copied_) plan_.copy_weights<S, C>(index_, weight_count_, from_oihw<S, C>(), weights_.data_as<S>(), master());
       fwd.push_back({[this] {
-        if (copied_) kernels::for_each(cstream(), weight_count_, from_oihw<S, C>(), weights_.data_as<S>(), master());
         check(cudnnConvolutionForward(ctx().cudnn, &kOne, in().td, in().x(), filter_, weights(), fwd_desc_,
                                       static_cast<cudnnConvolutionFwdAlgo_t>(fwd_.algo), plan_.workspace(),
                                       plan_.workspace_bytes(), &kZero, out().td, out().x()),
@@ -269,10 +270,10 @@ class DenseLayer final : public CudaLayer {
     alloc_out();
     if (dtype() != DType::kF32) weights_ = plan_.alloc({static_cast<int64_t>(o_) * i_}, dtype());
     with_type(dtype(), [&]<typename S, typename C>() {
+      if (weights_.defined())
+        plan_.copy_weights<S, C>(index_, weights_.numel(), kernels::WeightsFromOihw<S, C>{o_, i_, 1, false},
+                                 weights_.data_as<S>(), static_cast<const float*>(plan_.param(spec_.params[0])));
       fwd.push_back({[this] {
-        if (weights_.defined() && weights_.data() != nullptr)
-          kernels::for_each(cstream(), weights_.numel(), kernels::WeightsFromOihw<S, C>{o_, i_, 1, false},
-                            weights_.data_as<S>(), static_cast<const float*>(plan_.param(spec_.params[0])));
         gemm(ctx(), CUBLAS_OP_T, CUBLAS_OP_N, o_, n_, i_, {weights(), dtype(), i_}, {in().x(), dtype(), i_}, &kZero,
              out().x(), dtype(), o_, false, "cublasGemmEx (dense forward)");
         if (spec_.bias)

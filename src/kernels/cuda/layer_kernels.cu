@@ -39,6 +39,14 @@ COHORT_LAYER_KERNELS(float, F32)
 COHORT_LAYER_KERNELS(uint16_t, F16Codec)
 COHORT_LAYER_KERNELS(uint16_t, BF16Codec)
 
+// Every layer's weight copy of a forward in one list launch per type.
+#define COHORT_WEIGHT_COPIES(S, C)                                             \
+  template void launch_for_each_list<WeightsFromOihw<S, C>, S*, const float*>( \
+      void*, std::span<const ForEachItem<WeightsFromOihw<S, C>, S*, const float*>>);
+COHORT_WEIGHT_COPIES(float, F32)
+COHORT_WEIGHT_COPIES(uint16_t, F16Codec)
+COHORT_WEIGHT_COPIES(uint16_t, BF16Codec)
+
 // Every conversion between two of the types, with or without a reorder.
 #define COHORT_CONVERT(D, DC, S, SC)                                                                            \
   template void launch_for_each<Convert<D, DC, S, SC>, D*, const S*>(void*, int64_t, Convert<D, DC, S, SC>, D*, \
