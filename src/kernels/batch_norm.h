@@ -7,6 +7,9 @@
 //   inference forward                                BnInferenceFinalize            -> BnAffine
 //   backward           channel_sums(BnGradStats)  -> BnBackwardFinalize per channel -> BnBackwardData
 //
+// bn_forward_statistics and bn_backward_statistics run a pass's sums and its finalize as
+// one launch on a GPU: the sums kernel's last block to finish finalizes every channel.
+//
 // The sums' maps and the element-wise passes have packed forms (BnStatsPacked,
 // BnGradStatsPacked with channel_sums_packed; BnAffinePacked, BnBackwardDataPacked) that
 // take 16 bytes of a row at once where the channels and the buffers allow (packs_fit),
@@ -45,6 +48,16 @@ inline constexpr int64_t kBnRowsPerThread = 64;
 COHORT_HD int64_t channel_of(int64_t i, int64_t channels) {
   if (i < (int64_t{1} << 32)) return static_cast<int64_t>(static_cast<uint32_t>(i) % static_cast<uint32_t>(channels));
   return i % channels;
+}
+
+// A channel total that other blocks of the running kernel added (atomically) on a GPU:
+// read from L2, past this multiprocessor's L1.
+COHORT_HD double load_total(const double* p) {
+#ifdef __CUDA_ARCH__
+  return __ldcg(p);
+#else
+  return *p;
+#endif
 }
 
 // What element (row, c) adds to its channel's two sums: x − x[row 0], and its square.
@@ -99,8 +112,8 @@ struct BnForwardFinalize {
   float eps, momentum;
   COHORT_HD void operator()(int64_t c) const {
     const double n = static_cast<double>(rows);
-    const double shifted = sums[c] / n;
-    const double d = sums[channels + c] / n - shifted * shifted;
+    const double shifted = load_total(sums + c) / n;
+    const double d = load_total(sums + channels + c) / n - shifted * shifted;
     sums[c] = sums[channels + c] = 0.0;
     const double var = d < 0 ? 0.0 : d;  // rounding can make it slightly negative; NaN stays NaN
     const double mean = static_cast<double>(C::load(x[c])) + shifted;
@@ -154,7 +167,8 @@ struct BnBackwardFinalize {
   float* coef;  // [4C]
   int64_t rows, channels;
   COHORT_HD void operator()(int64_t c) const {
-    const double n = static_cast<double>(rows), inv = inv_std[c], sdy = sums[c], sdxm = sums[channels + c];
+    const double n = static_cast<double>(rows), inv = inv_std[c], sdy = load_total(sums + c),
+                 sdxm = load_total(sums + channels + c);
     sums[c] = sums[channels + c] = 0.0;
     grad_gamma[c] = static_cast<float>(sdxm * inv);
     grad_beta[c] = static_cast<float>(sdy);
@@ -334,6 +348,14 @@ void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, 
 template <int kVec, typename Map>
 void launch_channel_sums_packed(void* stream, int64_t rows, int64_t channels, const BnSumsLayout& l, Map map,
                                 double* sums);
+// The same, then then(c) for every channel by the last block to finish (*tickets: zero
+// before, zero after).
+template <typename Map, typename Then>
+void launch_channel_sums_then(void* stream, int64_t rows, int64_t channels, Map map, double* sums, Then then,
+                              uint32_t* tickets);
+template <int kVec, typename Map, typename Then>
+void launch_channel_sums_packed_then(void* stream, int64_t rows, int64_t channels, const BnSumsLayout& l, Map map,
+                                     double* sums, Then then, uint32_t* tickets);
 }  // namespace cuda
 
 // The host's channel sums over kVec-channel packs: map(row, c0, a, b) fills a[kVec] and
@@ -416,6 +438,33 @@ void channel_sums_packed(const Stream& stream, int64_t rows, int64_t channels, c
 // The steps of kernels/batch_norm.h for a stream, each in its packed form where the
 // channels and the buffers allow (packs_fit), value by value otherwise.
 
+// channel_sums (channel_sums_packed with a map of kVec > 1 channels, laid out by `l`),
+// then then(c) for every channel c: on a GPU in the same launch, by its last block
+// (tickets: one u32 on the device, zero before the call and after it), on the host once
+// the sums are made.
+template <int kVec, typename Map, typename Then>
+void channel_sums_then(const Stream& stream, int64_t rows, int64_t channels, const BnSumsLayout& l, const Map& map,
+                       double* sums, const Then& then, uint32_t* tickets) {
+  if (rows <= 0 || channels <= 0) return;
+  if (stream.device().kind == Device::Kind::kCuda) {
+#if COHORT_HAVE_CUDA
+    if constexpr (kVec > 1)
+      cuda::launch_channel_sums_packed_then<kVec>(stream.native(), rows, channels, l, map, sums, then, tickets);
+    else
+      cuda::launch_channel_sums_then(stream.native(), rows, channels, map, sums, then, tickets);
+    return;
+#else
+    (void)tickets;
+    no_cuda_kernels();
+#endif
+  }
+  if constexpr (kVec > 1)
+    host_pack_sums<kVec>(stream.threads(), rows, channels, map, sums);
+  else
+    host_channel_sums(stream.threads(), rows, channels, map, sums);
+  host_for_each(stream.threads(), channels, then);
+}
+
 // The forward channel sums of x (BnStats).
 template <typename S, typename C>
 void bn_stats_sums(const Stream& stream, int64_t rows, int64_t channels, const S* x, double* sums) {
@@ -435,6 +484,32 @@ void bn_grad_sums(const Stream& stream, int64_t rows, int64_t channels, const S*
     channel_sums_packed<kPack<S>>(stream, rows, channels, l, BnGradStatsPacked<S, C>{x, dy, mean, channels, y}, sums);
   else
     channel_sums(stream, rows, channels, BnGradStats<S, C>{x, dy, mean, channels, y}, sums);
+}
+
+// A training forward's statistics: the channel sums of f.x into f.sums, then f for
+// every channel (one launch on a GPU; channel_sums_then).
+template <typename S, typename C>
+void bn_forward_statistics(const Stream& stream, const BnForwardFinalize<S, C>& f, uint32_t* tickets) {
+  BnSumsLayout l;
+  if (packs_fit<S>(f.channels, {f.x}) && bn_sums_layout(f.rows, f.channels, kPack<S>, l))
+    channel_sums_then<kPack<S>>(stream, f.rows, f.channels, l, BnStatsPacked<S, C>{f.x, f.channels}, f.sums, f,
+                                tickets);
+  else
+    channel_sums_then<1>(stream, f.rows, f.channels, l, BnStats<S, C>{f.x, f.channels}, f.sums, f, tickets);
+}
+
+// A backward pass's statistics: the channel sums of x, dy (masked by the folded relu's
+// output y where set) and the saved mean into f.sums, then f for every channel.
+template <typename S, typename C>
+void bn_backward_statistics(const Stream& stream, const S* x, const S* dy, const S* y, const BnBackwardFinalize& f,
+                            uint32_t* tickets) {
+  BnSumsLayout l;
+  if (packs_fit<S>(f.channels, {x, dy, f.mean, y}) && bn_sums_layout(f.rows, f.channels, kPack<S>, l))
+    channel_sums_then<kPack<S>>(stream, f.rows, f.channels, l, BnGradStatsPacked<S, C>{x, dy, f.mean, f.channels, y},
+                                f.sums, f, tickets);
+  else
+    channel_sums_then<1>(stream, f.rows, f.channels, l, BnGradStats<S, C>{x, dy, f.mean, f.channels, y}, f.sums, f,
+                         tickets);
 }
 
 // BnAffine over n values.

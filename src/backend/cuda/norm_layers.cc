@@ -192,21 +192,21 @@ class BatchNormLayer final : public CudaLayer {
       saved_mean_ = plan_.alloc({c});
       saved_inv_var_ = plan_.alloc({c});
       sums_ = plan_.alloc({2 * c}, DType::kF64);
-      zero(sums_, cstream());  // once: each finalize leaves them at zero for the next pass
+      tickets_ = plan_.alloc({1}, DType::kI32);
+      zero(sums_, cstream());     // once: each finalize leaves them at zero for the next pass,
+      zero(tickets_, cstream());  // and the statistics kernel its ticket count
     }
     with_type(dtype(), [&]<typename S, typename C>() {
       fwd.push_back({[this, c] {
         const float* coef = coef_.data_as<float>();
         if (training()) {
           const int64_t rows = in().numel() / c;
-          double* sums = sums_.data_as<double>();
-          kernels::bn_stats_sums<S, C>(cstream(), rows, c, in().cxs<S>(), sums);
-          kernels::for_each(cstream(), c,
-                            kernels::BnForwardFinalize<S, C>{sums, in().cxs<S>(), plan_.param(spec_.params[0]),
-                                                             plan_.param(spec_.params[1]), plan_.state(spec_.states[0]),
-                                                             plan_.state(spec_.states[1]), saved_mean_.data_as<float>(),
-                                                             saved_inv_var_.data_as<float>(), coef_.data_as<float>(),
-                                                             rows, c, spec_.eps, spec_.momentum});
+          kernels::bn_forward_statistics<S, C>(
+              cstream(),
+              {sums_.data_as<double>(), in().cxs<S>(), plan_.param(spec_.params[0]), plan_.param(spec_.params[1]),
+               plan_.state(spec_.states[0]), plan_.state(spec_.states[1]), saved_mean_.data_as<float>(),
+               saved_inv_var_.data_as<float>(), coef_.data_as<float>(), rows, c, spec_.eps, spec_.momentum},
+              tickets());
         } else {
           kernels::for_each(cstream(), c,
                             kernels::BnInferenceFinalize{plan_.param(spec_.params[0]), plan_.param(spec_.params[1]),
@@ -230,14 +230,13 @@ class BatchNormLayer final : public CudaLayer {
     with_type(dtype(), [&]<typename S, typename C>() {
       bwd.push_back({[this, wanted, acc, z_wanted, z_acc] {
         const int64_t c = out().desc.dims[1], rows = in().numel() / c;
-        double* sums = sums_.data_as<double>();
         const float* mean = saved_mean_.data_as<float>();
         const S* y = fused_ ? out().cxs<S>() : nullptr;
-        kernels::bn_grad_sums<S, C>(cstream(), rows, c, in().cxs<S>(), out().cdxs<S>(), mean, y, sums);
-        kernels::for_each(cstream(), c,
-                          kernels::BnBackwardFinalize{sums, plan_.param(spec_.params[0]), mean,
-                                                      saved_inv_var_.data_as<float>(), plan_.grad(spec_.params[0]),
-                                                      plan_.grad(spec_.params[1]), coef_.data_as<float>(), rows, c});
+        kernels::bn_backward_statistics<S, C>(
+            cstream(), in().cxs<S>(), out().cdxs<S>(), y,
+            {sums_.data_as<double>(), plan_.param(spec_.params[0]), mean, saved_inv_var_.data_as<float>(),
+             plan_.grad(spec_.params[0]), plan_.grad(spec_.params[1]), coef_.data_as<float>(), rows, c},
+            tickets());
         S* dx = wanted ? in().dxs<S>() : nullptr;
         S* dz = z_wanted ? z_->dxs<S>() : nullptr;
         if (dx || dz)
@@ -257,7 +256,9 @@ class BatchNormLayer final : public CudaLayer {
   TensorDesc bn_;
   ActDesc relu_;
   Tensor saved_mean_, saved_inv_var_, reserve_;
-  Tensor sums_, coef_;              // kernels/batch_norm.h's per-channel sums (f64) and coefficients
+  Tensor sums_, coef_;  // kernels/batch_norm.h's per-channel sums (f64) and coefficients
+  Tensor tickets_;      // u32: the statistics kernel's count of finished blocks
+  uint32_t* tickets() const { return reinterpret_cast<uint32_t*>(tickets_.data_as<int32_t>()); }
   Tensor dx_scratch_, dz_scratch_;  // the input's and z's gradients where they are not wanted as such
 };
 

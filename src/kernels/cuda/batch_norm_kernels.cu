@@ -11,8 +11,32 @@ namespace {
 // lane 0 adds the block's sums of its channel to the f64 totals.
 constexpr int kLanes = 32, kRowLanes = 8;
 
-template <typename Map>
-__global__ void channel_sums_kernel(int64_t rows, int64_t channels, int64_t rows_per_block, Map map, double* sums) {
+// What a sums kernel does once its sums are made: nothing (this), or a finalize per channel.
+struct NoThen {};
+
+// Runs then(c) for every channel in the block that finishes last: each block's adds are
+// made visible (a fence by every thread that added, then the block's barrier) before it
+// takes its ticket, and the block with the last ticket reads the totals from L2
+// (load_total) and sets the ticket counter back to zero for the next launch.
+template <typename Then>
+__device__ void then_in_last_block(const Then& then, int64_t channels, uint32_t* tickets) {
+  if constexpr (!std::is_same_v<Then, NoThen>) {
+    __shared__ bool last;
+    const unsigned t = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
+    __threadfence();
+    __syncthreads();
+    if (t == 0) last = atomicAdd(tickets, 1u) == gridDim.x * gridDim.y - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int64_t c = t; c < channels; c += threads) then(c);
+    if (t == 0) *tickets = 0;
+  }
+}
+
+template <typename Map, typename Then = NoThen>
+__global__ void channel_sums_kernel(int64_t rows, int64_t channels, int64_t rows_per_block, Map map, double* sums,
+                                    Then then = {}, uint32_t* tickets = nullptr) {
   __shared__ float pa[kRowLanes][kLanes + 1], pb[kRowLanes][kLanes + 1];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kLanes + threadIdx.x;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
@@ -39,13 +63,15 @@ __global__ void channel_sums_kernel(int64_t rows, int64_t channels, int64_t rows
     atomicAdd(sums + c, ta);
     atomicAdd(sums + channels + c, tb);
   }
+  then_in_last_block(then, channels, tickets);
 }
 
 // The packed form (kernels/batch_norm.h's BnSumsLayout): each thread sums kVec channels
 // of its rows in f32; then, per channel of the block, one thread adds up the row lanes'
 // sums in f64 and adds them to the totals.
-template <int kVec, typename Map>
-__global__ void channel_sums_packed_kernel(int64_t rows, int64_t channels, BnSumsLayout l, Map map, double* sums) {
+template <int kVec, typename Map, typename Then = NoThen>
+__global__ void channel_sums_packed_kernel(int64_t rows, int64_t channels, BnSumsLayout l, Map map, double* sums,
+                                           Then then = {}, uint32_t* tickets = nullptr) {
   __shared__ float pa[kLanes * kRowLanes][kVec], pb[kLanes * kRowLanes][kVec];
   const unsigned t = threadIdx.y * kLanes + threadIdx.x;
   const BnSumsShare s = bn_sums_share(l, rows, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
@@ -84,6 +110,24 @@ __global__ void channel_sums_packed_kernel(int64_t rows, int64_t channels, BnSum
       atomicAdd(sums + channels + c, tb);
     }
   }
+  then_in_last_block(then, channels, tickets);
+}
+
+// The grid of channel_sums_kernel: 32 channels a block across, runs of rows down.
+struct SumsGrid {
+  dim3 grid;
+  int64_t rows_per_block;
+};
+SumsGrid sums_grid(int64_t rows, int64_t channels) {
+  constexpr int64_t kMaxGridY = 65535;
+  int64_t rows_per_block = kRowLanes * kBnRowsPerThread;
+  const int64_t grid_y = (rows + rows_per_block - 1) / rows_per_block;
+  if (grid_y > kMaxGridY) {  // more rows per thread than kBnRowsPerThread: still summed, in longer runs
+    rows_per_block = ((rows + kMaxGridY - 1) / kMaxGridY + kRowLanes - 1) / kRowLanes * kRowLanes;
+  }
+  return {dim3(static_cast<unsigned>((channels + kLanes - 1) / kLanes),
+               static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block)),
+          rows_per_block};
 }
 
 }  // namespace
@@ -99,41 +143,58 @@ void launch_channel_sums_packed(void* stream, int64_t rows, int64_t channels, co
 
 template <typename Map>
 void launch_channel_sums(void* stream, int64_t rows, int64_t channels, Map map, double* sums) {
-  constexpr int64_t kMaxGridY = 65535;
-  int64_t rows_per_block = kRowLanes * kBnRowsPerThread;
-  const int64_t grid_y = (rows + rows_per_block - 1) / rows_per_block;
-  if (grid_y > kMaxGridY) {  // more rows per thread than kBnRowsPerThread: still summed, in longer runs
-    rows_per_block = ((rows + kMaxGridY - 1) / kMaxGridY + kRowLanes - 1) / kRowLanes * kRowLanes;
-  }
-  const dim3 grid(static_cast<unsigned>((channels + kLanes - 1) / kLanes),
-                  static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));
-  const dim3 block(kLanes, kRowLanes);
-  channel_sums_kernel<<<grid, block, 0, static_cast<cudaStream_t>(stream)>>>(rows, channels, rows_per_block, map, sums);
+  const SumsGrid g = sums_grid(rows, channels);
+  channel_sums_kernel<<<g.grid, dim3(kLanes, kRowLanes), 0, static_cast<cudaStream_t>(stream)>>>(
+      rows, channels, g.rows_per_block, map, sums);
   check_launch("a batch-norm channel-sums kernel");
 }
 
-#define COHORT_BN_KERNELS(S, C)                                                                                  \
-  template void launch_channel_sums<BnStats<S, C>>(void*, int64_t, int64_t, BnStats<S, C>, double*);             \
-  template void launch_channel_sums<BnGradStats<S, C>>(void*, int64_t, int64_t, BnGradStats<S, C>, double*);     \
-  template void launch_for_each<BnForwardFinalize<S, C>>(void*, int64_t, BnForwardFinalize<S, C>);               \
-  template void launch_for_each<BnAffine<S, C>, S*, const S*, const float*, const S*>(                           \
-      void*, int64_t, BnAffine<S, C>, S*, const S*, const float*, const S*);                                     \
-  template void launch_for_each<BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*>(       \
-      void*, int64_t, BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*);                 \
-  template void launch_channel_sums_packed<kPack<S>, BnStatsPacked<S, C>>(                                       \
-      void*, int64_t, int64_t, const BnSumsLayout&, BnStatsPacked<S, C>, double*);                               \
-  template void launch_channel_sums_packed<kPack<S>, BnGradStatsPacked<S, C>>(                                   \
-      void*, int64_t, int64_t, const BnSumsLayout&, BnGradStatsPacked<S, C>, double*);                           \
-  template void launch_for_each<BnAffinePacked<S, C>, S*, const S*, const float*, const S*>(                     \
-      void*, int64_t, BnAffinePacked<S, C>, S*, const S*, const float*, const S*);                               \
-  template void launch_for_each<BnBackwardDataPacked<S, C>, S*, const S*, const S*, const float*, const S*, S*>( \
-      void*, int64_t, BnBackwardDataPacked<S, C>, S*, const S*, const S*, const float*, const S*, S*);
+template <typename Map, typename Then>
+void launch_channel_sums_then(void* stream, int64_t rows, int64_t channels, Map map, double* sums, Then then,
+                              uint32_t* tickets) {
+  const SumsGrid g = sums_grid(rows, channels);
+  channel_sums_kernel<<<g.grid, dim3(kLanes, kRowLanes), 0, static_cast<cudaStream_t>(stream)>>>(
+      rows, channels, g.rows_per_block, map, sums, then, tickets);
+  check_launch("a batch-norm statistics kernel");
+}
+
+template <int kVec, typename Map, typename Then>
+void launch_channel_sums_packed_then(void* stream, int64_t rows, int64_t channels, const BnSumsLayout& l, Map map,
+                                     double* sums, Then then, uint32_t* tickets) {
+  channel_sums_packed_kernel<kVec>
+      <<<dim3(l.grid_x, l.grid_y), dim3(kLanes, kRowLanes), 0, static_cast<cudaStream_t>(stream)>>>(
+          rows, channels, l, map, sums, then, tickets);
+  check_launch("a packed batch-norm statistics kernel");
+}
+
+#define COHORT_BN_KERNELS(S, C)                                                                                        \
+  template void launch_channel_sums<BnStats<S, C>>(void*, int64_t, int64_t, BnStats<S, C>, double*);                   \
+  template void launch_channel_sums<BnGradStats<S, C>>(void*, int64_t, int64_t, BnGradStats<S, C>, double*);           \
+  template void launch_for_each<BnAffine<S, C>, S*, const S*, const float*, const S*>(                                 \
+      void*, int64_t, BnAffine<S, C>, S*, const S*, const float*, const S*);                                           \
+  template void launch_for_each<BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*>(             \
+      void*, int64_t, BnBackwardData<S, C>, S*, const S*, const S*, const float*, const S*, S*);                       \
+  template void launch_channel_sums_packed<kPack<S>, BnStatsPacked<S, C>>(                                             \
+      void*, int64_t, int64_t, const BnSumsLayout&, BnStatsPacked<S, C>, double*);                                     \
+  template void launch_channel_sums_packed<kPack<S>, BnGradStatsPacked<S, C>>(                                         \
+      void*, int64_t, int64_t, const BnSumsLayout&, BnGradStatsPacked<S, C>, double*);                                 \
+  template void launch_for_each<BnAffinePacked<S, C>, S*, const S*, const float*, const S*>(                           \
+      void*, int64_t, BnAffinePacked<S, C>, S*, const S*, const float*, const S*);                                     \
+  template void launch_for_each<BnBackwardDataPacked<S, C>, S*, const S*, const S*, const float*, const S*, S*>(       \
+      void*, int64_t, BnBackwardDataPacked<S, C>, S*, const S*, const S*, const float*, const S*, S*);                 \
+  template void launch_channel_sums_then<BnStats<S, C>, BnForwardFinalize<S, C>>(                                      \
+      void*, int64_t, int64_t, BnStats<S, C>, double*, BnForwardFinalize<S, C>, uint32_t*);                            \
+  template void launch_channel_sums_then<BnGradStats<S, C>, BnBackwardFinalize>(                                       \
+      void*, int64_t, int64_t, BnGradStats<S, C>, double*, BnBackwardFinalize, uint32_t*);                             \
+  template void launch_channel_sums_packed_then<kPack<S>, BnStatsPacked<S, C>, BnForwardFinalize<S, C>>(               \
+      void*, int64_t, int64_t, const BnSumsLayout&, BnStatsPacked<S, C>, double*, BnForwardFinalize<S, C>, uint32_t*); \
+  template void launch_channel_sums_packed_then<kPack<S>, BnGradStatsPacked<S, C>, BnBackwardFinalize>(                \
+      void*, int64_t, int64_t, const BnSumsLayout&, BnGradStatsPacked<S, C>, double*, BnBackwardFinalize, uint32_t*);
 
 COHORT_BN_KERNELS(float, F32)
 COHORT_BN_KERNELS(uint16_t, F16Codec)
 COHORT_BN_KERNELS(uint16_t, BF16Codec)
 
 template void launch_for_each<BnInferenceFinalize>(void*, int64_t, BnInferenceFinalize);
-template void launch_for_each<BnBackwardFinalize>(void*, int64_t, BnBackwardFinalize);
 
 }  // namespace cohort::kernels::cuda

@@ -486,12 +486,13 @@ struct BatchNormTest {
     std::vector<float> coef(static_cast<size_t>(4 * c)), saved_mean(c), saved_inv(c), mean = mean0, var = var0;
     std::vector<float> dgamma(c), dbeta(c);
     std::vector<S> y(x.size()), dx(x.size()), dz(x.size());
-    // Through the entries the plan calls (5 channels: value by value).
-    kernels::bn_stats_sums<S, C>(Stream::host(1), rows, c, xs.data(), sums.data());
-    kernels::host_for_each(
-        1, c,
-        kernels::BnForwardFinalize<S, C>{sums.data(), xs.data(), gamma.data(), beta.data(), mean.data(), var.data(),
-                                         saved_mean.data(), saved_inv.data(), coef.data(), rows, c, eps, momentum});
+    // Through the entries the plan calls (5 channels: value by value); the host leaves
+    // the GPU's ticket count alone.
+    uint32_t tickets = 0;
+    kernels::bn_forward_statistics<S, C>(Stream::host(1),
+                                         {sums.data(), xs.data(), gamma.data(), beta.data(), mean.data(), var.data(),
+                                          saved_mean.data(), saved_inv.data(), coef.data(), rows, c, eps, momentum},
+                                         &tickets);
     kernels::bn_affine<S, C>(Stream::host(1), count, c, fold != Fold::kNone, y.data(), xs.data(), coef.data(), z);
     // y + z reaches 10 (tolerances are for values ~2)
     expect_near(from_form<S, C>(y, c, hw, true), cpu_y, z ? tol * 4 : tol, "batch norm forward");
@@ -500,12 +501,12 @@ struct BatchNormTest {
     EXPECT_EQ(sums, std::vector<double>(sums.size(), 0.0)) << "the finalize leaves the sums at zero";
 
     const S* relu_out = fold == Fold::kNone ? nullptr : y.data();
-    kernels::bn_grad_sums<S, C>(Stream::host(1), rows, c, xs.data(), dys.data(), saved_mean.data(), relu_out,
-                                sums.data());
-    kernels::host_for_each(1, c,
-                           kernels::BnBackwardFinalize{sums.data(), gamma.data(), saved_mean.data(), saved_inv.data(),
-                                                       dgamma.data(), dbeta.data(), coef.data(), rows, c});
+    kernels::bn_backward_statistics<S, C>(Stream::host(1), xs.data(), dys.data(), relu_out,
+                                          {sums.data(), gamma.data(), saved_mean.data(), saved_inv.data(),
+                                           dgamma.data(), dbeta.data(), coef.data(), rows, c},
+                                          &tickets);
     EXPECT_EQ(sums, std::vector<double>(sums.size(), 0.0)) << "the backward finalize leaves the sums at zero";
+    EXPECT_EQ(tickets, 0u);
     kernels::bn_backward_data<S, C>(Stream::host(1), count, {c, false, false}, dx.data(), dys.data(), xs.data(),
                                     coef.data(), relu_out, z ? dz.data() : nullptr);
     std::vector<float> input_grad = from_form<S, C>(dx, c, hw, true);
@@ -624,6 +625,68 @@ TEST(Fusion, BnExOnlyForF16ImagesInTrainingAsTheOptionChooses) {
 
 // The packed channel sums' maps give the scalar maps' values bit for bit, and their host
 // sums equal host_channel_sums'.
+// bn_forward_statistics and bn_backward_statistics (packed here) give what the scalar
+// sums and a finalize per channel give, to the bit, and leave the sums at zero.
+template <typename S, typename C>
+void expect_statistics_entries_are_sums_then_finalize(int64_t rows, int64_t c, const std::vector<S>& x,
+                                                      const std::vector<S>& dy, const std::vector<float>& mean,
+                                                      const S* y) {
+  struct Out {
+    std::vector<double> sums;
+    std::vector<float> run_mean, run_var, saved_mean, saved_inv, coef, dgamma, dbeta;
+  };
+  const size_t n = static_cast<size_t>(c);
+  const std::vector<float> gamma(n, 1.5f), beta(n, -0.25f);
+  auto fresh = [&] {
+    return Out{std::vector<double>(2 * n, 0.0), std::vector<float>(n, 0.1f), std::vector<float>(n, 1.f),
+               std::vector<float>(n),           std::vector<float>(n),       std::vector<float>(4 * n),
+               std::vector<float>(n),           std::vector<float>(n)};
+  };
+  auto forward = [&](Out& o) {
+    return kernels::BnForwardFinalize<S, C>{o.sums.data(),
+                                            x.data(),
+                                            gamma.data(),
+                                            beta.data(),
+                                            o.run_mean.data(),
+                                            o.run_var.data(),
+                                            o.saved_mean.data(),
+                                            o.saved_inv.data(),
+                                            o.coef.data(),
+                                            rows,
+                                            c,
+                                            1e-5f,
+                                            0.1f};
+  };
+  auto backward = [&](Out& o) {
+    return kernels::BnBackwardFinalize{o.sums.data(),
+                                       gamma.data(),
+                                       mean.data(),
+                                       o.saved_inv.data(),
+                                       o.dgamma.data(),
+                                       o.dbeta.data(),
+                                       o.coef.data(),
+                                       rows,
+                                       c};
+  };
+  Out want = fresh(), got = fresh();
+  kernels::host_channel_sums(1, rows, c, kernels::BnStats<S, C>{x.data(), c}, want.sums.data());
+  kernels::host_for_each(1, c, forward(want));
+  uint32_t tickets = 0;
+  kernels::bn_forward_statistics<S, C>(Stream::host(2), forward(got), &tickets);
+  EXPECT_EQ(got.coef, want.coef);
+  EXPECT_EQ(got.saved_inv, want.saved_inv);
+  EXPECT_EQ(got.run_var, want.run_var);
+  kernels::host_channel_sums(1, rows, c, kernels::BnGradStats<S, C>{x.data(), dy.data(), mean.data(), c, y},
+                             want.sums.data());
+  kernels::host_for_each(1, c, backward(want));
+  kernels::bn_backward_statistics<S, C>(Stream::host(2), x.data(), dy.data(), y, backward(got), &tickets);
+  EXPECT_EQ(got.coef, want.coef);
+  EXPECT_EQ(got.dgamma, want.dgamma);
+  EXPECT_EQ(got.dbeta, want.dbeta);
+  EXPECT_EQ(got.sums, std::vector<double>(2 * n, 0.0));
+  EXPECT_EQ(tickets, 0u);
+}
+
 template <typename S, typename C>
 void expect_packed_sums_are_scalar() {
   constexpr int kVec = kernels::kPack<S>;
@@ -670,6 +733,7 @@ void expect_packed_sums_are_scalar() {
     kernels::host_channel_sums(2, rows, c, stats, want.data());
     kernels::bn_stats_sums<S, C>(Stream::host(2), rows, c, x.data(), got.data());
     EXPECT_EQ(got, want);
+    expect_statistics_entries_are_sums_then_finalize<S, C>(rows, c, x, dy, mean, yp);
   }
 }
 
