@@ -88,6 +88,12 @@ class Plan {
   // stops. Off by default: timing costs two clock reads per primitive.
   virtual void set_profiling(bool on) = 0;
   virtual const PlanProfile& profile() const = 0;
+  // Whether the gradient-ready listener enqueues work of its own on the pass's stream
+  // (a compression, a sum over passes). A plan that replays graphs then hands each event
+  // out between two graphs, where its layer's work ends, so that work still overlaps the
+  // rest of backward; otherwise it hands them out after the launch of a graph holding
+  // many layers (the listener only waits for the events). Off by default.
+  virtual void set_ready_enqueues(bool enqueues) {}
   // Whether the plan's passes now replay captured device graphs (CUDA with cuda_graphs=on,
   // after its warm-up; false on the CPU, and once a capture has failed).
   virtual bool replays_graphs() const { return false; }

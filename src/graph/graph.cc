@@ -529,6 +529,7 @@ void Graph::backward(const Tensor& output_grad) {
   backend::GradReady ready = [this](int i, const Event& e) {
     for (const auto& [id, hook] : grad_ready_) hook(i, params_[static_cast<size_t>(i)], e);
   };
+  last_train_->set_ready_enqueues(ready_enqueues_);
   last_train_->backward(output_grad, ready, stream_);
 }
 

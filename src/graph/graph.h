@@ -119,6 +119,11 @@ class Graph {
   int add_grad_ready(GradReady hook);  // returns an id for remove_grad_ready()
   void remove_grad_ready(int id);
   void set_grad_ready(GradReady hook);
+  // Whether a hook enqueues work of its own on the graph's stream (backend::Plan::
+  // set_ready_enqueues). With CUDA graphs a plan records the same event for a parameter
+  // every pass: a hook that waits for it does so before the next backward.
+  void set_grad_ready_enqueues(bool enqueues) { ready_enqueues_ = enqueues; }
+  bool grad_ready_enqueues() const { return ready_enqueues_; }
 
   // Inputs are f32 [N, ...] batches in `layout` and i32 [N] labels, contiguous, on the
   // backend's device (the Model stages host batches for a device).
@@ -174,6 +179,7 @@ class Graph {
   double step_s_ = 0, optimizer_s_ = 0;
   uint64_t step_ = 0, dropout_seed_ = 0;
   std::vector<std::pair<int, GradReady>> grad_ready_;
+  bool ready_enqueues_ = false;
   int next_hook_ = 0;
 };
 

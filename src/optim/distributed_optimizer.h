@@ -93,6 +93,8 @@ class DistributedOptimizer {
   // alone until step() returns. With collectives of one rank, one pass, no compression
   // and no predivide factor nothing is exchanged (the average is the gradient).
   void gradient_ready(size_t index, const Event& ready = {});
+  // Whether gradient_ready enqueues work on the stream: a sum over passes, a compression.
+  bool ready_enqueues() const { return options_.backward_passes_per_step > 1 || options_.compressed(); }
 
   // Ends a backward pass. Parameters whose gradient was not reported are handled now
   // (every rank must exchange every tensor). Returns false for an accumulation pass;

@@ -19,6 +19,7 @@ class ReplicatedExchange final : public Exchange {
   }
 
   void gradient_ready(size_t index, const Event& ready) override { dist_.gradient_ready(index, ready); }
+  bool ready_enqueues() const override { return dist_.ready_enqueues(); }
   bool step(double lr) override { return dist_.step(lr); }
   int pass() const override { return dist_.pass(); }
   bool last_step_skipped() const override { return dist_.last_step_skipped(); }

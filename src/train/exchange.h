@@ -39,6 +39,8 @@ class Exchange {
   // Parameter `index`'s gradient of this backward pass is final once `ready` completes
   // (backward's thread; complete on the host).
   virtual void gradient_ready(size_t index, const Event& ready) = 0;
+  // Whether gradient_ready enqueues work on the model's stream (Model::set_grad_ready).
+  virtual bool ready_enqueues() const { return false; }
   // Ends a backward pass: false on an accumulation pass; on the last one the model's
   // parameters hold the next step's values when it returns.
   virtual bool step(double lr) = 0;

@@ -90,13 +90,16 @@ void Model::materialize() {
   if (!graph_->materialized()) graph_->materialize(seed_);
 }
 
-uint64_t Model::set_grad_ready(GradReady hook) {
+uint64_t Model::set_grad_ready(GradReady hook, bool enqueues) {
   grad_ready_ = std::move(hook);
+  graph_->set_grad_ready_enqueues(grad_ready_ && enqueues);
   return ++grad_ready_token_;
 }
 
 void Model::clear_grad_ready(uint64_t token) {
-  if (token == grad_ready_token_) grad_ready_ = nullptr;
+  if (token != grad_ready_token_) return;
+  grad_ready_ = nullptr;
+  graph_->set_grad_ready_enqueues(false);
 }
 
 int64_t Model::check_images(const Tensor& images) const {

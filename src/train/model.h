@@ -71,7 +71,9 @@ class Model {
   // written when `ready` completes (at once on the CPU). Setting it replaces the
   // previous one; returns a token for clear.
   using GradReady = std::function<void(size_t index, const Event& ready)>;
-  uint64_t set_grad_ready(GradReady hook);
+  // `enqueues`: the hook enqueues work of its own on stream() (Graph::
+  // set_grad_ready_enqueues).
+  uint64_t set_grad_ready(GradReady hook, bool enqueues = false);
   // Removes the hook if `token` still names it.
   void clear_grad_ready(uint64_t token);
 

@@ -111,7 +111,8 @@ Trainer::Trainer(std::shared_ptr<Model> model, const Config& config) : model_(st
   for (const Parameter& p : model_->graph().params()) traced.push_back(p.value);
   trace_ = instrument::OptimizerTrace::make(config_, rt, std::move(traced));
   hook_token_ =
-      model_->set_grad_ready([this](size_t index, const Event& ready) { exchange_->gradient_ready(index, ready); });
+      model_->set_grad_ready([this](size_t index, const Event& ready) { exchange_->gradient_ready(index, ready); },
+                             exchange_->ready_enqueues());
 }
 
 Trainer::~Trainer() { model_->clear_grad_ready(hook_token_); }

@@ -228,7 +228,7 @@ void CudaPlan::grad_done(Steps& steps, DVal& v) {
 void CudaPlan::ready(Steps& steps, const std::vector<int>& params) {
   const size_t slot = ready_events_.size();
   ready_events_.emplace_back();
-  graph_events_.emplace_back();
+  graph_events_.push_back(graphs() ? std::make_shared<GraphEvent>() : nullptr);
   steps.push_back({[this, slot] { ready_events_[slot] = record_ready(slot); }, 0, false, StepKind::kNotify,
                    [this, slot, params] {
                      if (!ready_ || !*ready_) return;
@@ -241,8 +241,7 @@ void CudaPlan::ready(Steps& steps, const std::vector<int>& params) {
 // done with one pass's events before the next backward (the engine's wait_all).
 Event CudaPlan::record_ready(size_t slot) {
   if (!capturing_) return ready_ && *ready_ ? record_event(stream_) : Event();
-  std::shared_ptr<Event::Impl>& e = graph_events_[slot];
-  if (!e) e = std::make_shared<GraphEvent>();
+  const std::shared_ptr<Event::Impl>& e = graph_events_[slot];
   static_cast<GraphEvent&>(*e).record_in_capture(stream());
   return Event(e);
 }
@@ -304,9 +303,30 @@ void CudaPlan::backward(const Tensor& output_grad, const GradReady& ready, const
     convert(last, {last.dtype, last.nhwc}, last.dx(), {DType::kF32, nhwc() && last.sample.size() == 3},
             output_grad.data(), false);
   }
+  struct Listening {  // ready_ points at `ready` for this pass only, even if a step throws
+    const GradReady*& to;
+    ~Listening() { to = nullptr; }
+  } listening{ready_};
   ready_ = &ready;
   run(bwd_, true);
-  ready_ = nullptr;
+}
+
+// One eager pass first: it allocates the gradients and the lazily made buffers.
+void CudaPlan::make_graphs(bool forward) {
+  auto kinds = [](const Steps& steps) {
+    std::vector<StepKind> k;
+    for (const Step& s : steps) k.push_back(s.kind);
+    return k;
+  };
+  if (forward) fwd_graphs_ = std::make_unique<StepGraphs>(kinds(fwd_), 1);
+  if (opt_.training) bwd_graphs_ = std::make_unique<StepGraphs>(kinds(bwd_), 1, ready_enqueues_);
+}
+
+void CudaPlan::set_ready_enqueues(bool enqueues) {
+  if (enqueues == ready_enqueues_) return;
+  ready_enqueues_ = enqueues;
+  // Backward segmented anew, captured again after a warm-up pass (off for good stays off).
+  if (bwd_graphs_ && !bwd_graphs_->disabled()) make_graphs(false);
 }
 
 void CudaPlan::copy_out(const DVal& v, const Tensor& dst, const Tensor& data, const char* what) {
@@ -508,14 +528,7 @@ void CudaPlan::build() {
   if (graphs()) {
     input_ = alloc(user_shape(opt_.batch, spec_.layers[0].shape, opt_.layout));
     vals_[0].out = input_;
-    auto kinds = [](const Steps& steps) {
-      std::vector<StepKind> k;
-      for (const Step& s : steps) k.push_back(s.kind);
-      return k;
-    };
-    // One eager pass first: it allocates the gradients and the lazily made buffers.
-    fwd_graphs_ = std::make_unique<StepGraphs>(kinds(fwd_), 1);
-    if (opt_.training) bwd_graphs_ = std::make_unique<StepGraphs>(kinds(bwd_), 1);
+    make_graphs(true);
   }
   synchronize(stream_);
 }

@@ -172,6 +172,7 @@ class CudaPlan final : public Plan {
   const PlanOptions& options() const override { return opt_; }
   void set_loss_scale(float scale) override;
   void set_profiling(bool on) override;
+  void set_ready_enqueues(bool enqueues) override;
   const PlanProfile& profile() const override;
   bool replays_graphs() const override {
     return fwd_graphs_ && fwd_graphs_->captured() && (!bwd_graphs_ || bwd_graphs_->captured());
@@ -253,6 +254,14 @@ class CudaPlan final : public Plan {
   void run_graphs(const Steps& steps, std::unique_ptr<StepGraphs>& graphs);
 
   std::vector<std::unique_ptr<CudaLayer>> layers_;
+  // Per ready() step: the event its last run recorded, and the one graphs record (made
+  // with the plan where it has graphs; declared before the graphs that record them).
+  std::vector<Event> ready_events_;
+  std::vector<std::shared_ptr<Event::Impl>> graph_events_;
+  Event record_ready(size_t slot);
+  bool ready_enqueues_ = false;    // the listener enqueues work of its own (backend.h)
+  void make_graphs(bool forward);  // the StepGraphs of the backward pass, and of the forward one
+
   template <typename S, typename C>
   using WeightCopies = std::vector<kernels::ForEachItem<kernels::WeightsFromOihw<S, C>, S*, const float*>>;
   std::tuple<WeightCopies<float, kernels::F32>, WeightCopies<uint16_t, kernels::F16Codec>,
@@ -262,10 +271,6 @@ class CudaPlan final : public Plan {
 
   std::unique_ptr<StepGraphs> fwd_graphs_, bwd_graphs_;
   bool capturing_ = false;
-  // Per ready() step: the event its last run recorded, and the one graphs record.
-  std::vector<Event> ready_events_;
-  std::vector<std::shared_ptr<Event::Impl>> graph_events_;
-  Event record_ready(size_t slot);
   bool graphs_warned_ = false;
   Tensor input_;            // with graphs: the plan's copy of the caller's input
   std::deque<DVal> casts_;  // cast values (stable addresses)

@@ -7,10 +7,11 @@
 
 namespace cohort::backend::cuda {
 
-StepGraphs::StepGraphs(const std::vector<StepKind>& kinds, int warmup) : kinds_(kinds), warmup_(warmup) {
+StepGraphs::StepGraphs(const std::vector<StepKind>& kinds, int warmup, bool notify_between)
+    : kinds_(kinds), warmup_(warmup) {
   require(warmup >= 1, "CUDA graphs need at least one eager pass before the capture, got ", warmup);
   for (size_t i = 0; i < kinds.size(); ++i) {
-    const bool device = kinds[i] != StepKind::kHost;
+    const bool device = kinds[i] == StepKind::kDevice || (kinds[i] == StepKind::kNotify && !notify_between);
     if (segments_.empty() || segments_.back().device != device)
       segments_.push_back({i, i + 1, device});
     else

@@ -5,13 +5,15 @@
 // device step's work is the same every pass (same kernels, arguments and pointers), so
 // a run of device steps can be captured once into a graph and replayed with one launch.
 // A host step must run each pass: its kernel arguments change from pass to pass (the
-// dropout draws, the loss scale, the labels' presence) or it acts on the host (the
-// gradient-ready notifications, which record an event and hand it to the collective
-// engine). A notify step is a device step with a host part: it records an event (its
-// device part, captured) and hands the event out (its host part): eagerly right after
-// the record; with graphs after the launch of the graph that holds the record, each
-// pass. The pass's segments are the maximal runs of device and notify steps, captured,
-// and the host steps between them, run as they are.
+// dropout draws, the loss scale, the labels' presence). A notify step (a gradient-ready
+// notification) is a device step with a host part: it records an event (its device
+// part, captured) and hands the event to the collective engine (its host part):
+// eagerly right after the record; with graphs after the launch of the graph that holds
+// the record, each pass. The pass's segments are the maximal runs of device and notify
+// steps, captured, and the host steps between them, run as they are. Where the
+// listener enqueues work of its own when handed an event (notify_between), notify
+// steps run eagerly between the graphs instead, as host steps do, so that its work
+// follows its layer's and not the whole run's.
 //
 // The first `warmup` passes run every step eagerly: they make what a capture must not
 // (gradient memory, the ones vectors, the caching allocator's blocks), so that the
@@ -53,7 +55,7 @@ class StepGraphs {
     bool device;        // a run of device steps (captured), or host steps
   };
 
-  StepGraphs(const std::vector<StepKind>& kinds, int warmup);
+  StepGraphs(const std::vector<StepKind>& kinds, int warmup, bool notify_between = false);
 
   // One pass: run(i) runs step i's host code, which enqueues its work; notify(i) runs a
   // notify step's host part, after its work is enqueued (or its graph launched).

@@ -419,6 +419,59 @@ TEST(CudaBackend, WithGraphsEachGradientIsReadyOncePerPassAfterItsLastWrite) {
   EXPECT_TRUE(plan.replays_graphs());
 }
 
+// A listener that enqueues work of its own on the pass's stream (set_ready_enqueues)
+// gets each event between the graphs, where its layer ends: what it enqueues for the
+// last layer's gradient runs before the first layer's backward. Its copy of the first
+// layer's gradient, made then, still holds the last pass's, in every pass (eager,
+// captured, replayed).
+TEST(CudaBackend, WithGraphsAListenerThatEnqueuesWorkGetsEachEventWhereItsLayerEnds) {
+  const CudaProbe probe = probe_cuda();
+  if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
+  Memory memory;
+  backend::BackendOptions o;
+  o.memory = memory.on(Device::cuda(0));
+  o.cuda_graphs = true;
+  auto b = backend::make_backend(Device::cuda(0), 1, o);
+  ConvOptions same;
+  same.pad = 1;
+  Graph g({3, 8, 8});
+  const int f = g.dense(g.flatten(g.conv(g.input(), "a", 4, same), "flat"), "fc", 5, false);
+  g.softmax_xent(f, "loss", 0.f);
+  g.set_backend(b, o.memory);
+  g.materialize(5);
+  const int64_t n = 4;
+  auto& plan = g.plan(n, Layout::kNHWC, true, false);
+  plan.set_ready_enqueues(true);
+  int conv = -1, dense = -1;
+  for (size_t i = 0; i < g.params().size(); ++i) {
+    if (g.params()[i].name == "a.weight") conv = static_cast<int>(i);
+    if (g.params()[i].name == "fc.weight") dense = static_cast<int>(i);
+  }
+  ASSERT_TRUE(conv >= 0 && dense >= 0);
+  const Tensor& first = g.params()[static_cast<size_t>(conv)].grad;  // the pass's last gradient
+  Tensor early = clone_to(first, *o.memory), before = to_host(first);
+  for (int pass = 0; pass < 4; ++pass) {
+    SCOPED_TRACE("pass " + std::to_string(pass));
+    std::vector<float> x = ramp(n * 3 * 8 * 8, 0.37f * static_cast<float>(pass + 1));
+    std::vector<int32_t> labels;
+    for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((2 * i + pass) % 5));
+    plan.forward(clone_to(test::batch_view(x, g, n, Layout::kNHWC), *o.memory),
+                 clone_to(test::labels_view(labels, n), *o.memory), static_cast<uint64_t>(pass), g.stream());
+    plan.backward(
+        {},
+        [&](int i, const Event&) {
+          if (i == dense) copy(early, first, g.stream());  // at the dense layer's end: "a" is still to come
+        },
+        g.stream());
+    synchronize(g.stream());
+    const Tensor got = to_host(early), now = to_host(first);
+    EXPECT_EQ(std::memcmp(got.data(), before.data(), before.numel() * sizeof(float)), 0)
+        << "the copy enqueued at the dense layer's end ran after the convolution's backward";
+    EXPECT_NE(std::memcmp(now.data(), before.data(), before.numel() * sizeof(float)), 0) << "a new gradient each pass";
+    before = now;
+  }
+}
+
 // A training plan's convolution searches land in the cache file, one line per pass and
 // shape, for this GPU; a second backend on the same file reads them and searches
 // nothing, so it leaves the file as it was.

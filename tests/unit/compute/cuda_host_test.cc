@@ -1241,6 +1241,27 @@ TEST(CudaGraphs, ANotifyStepIsCapturedAndItsHostPartFollowsTheLaunchEachPass) {
   EXPECT_EQ(dev2.log, (std::vector<std::string>{"run 0", "run 1", "run 2"}));
 }
 
+TEST(CudaGraphs, NotifyStepsRunBetweenTheGraphsWhereTheListenerEnqueuesWork) {
+  using backend::cuda::StepKind;
+  const StepKind D = StepKind::kDevice, H = StepKind::kHost, N = StepKind::kNotify;
+  backend::cuda::StepGraphs g({D, N, D, N, H, D}, 1, true);
+  ASSERT_EQ(g.segments().size(), 5u) << "each notify step ends a device run";
+  EXPECT_FALSE(g.segments()[1].device);
+  FakeGraphs dev;
+  auto pass = [&] {
+    dev.log.clear();
+    g.pass([&](size_t i) { dev.run_step(i); }, dev,
+           [&](size_t i) { dev.log.push_back("notify " + std::to_string(i)); });
+    return dev.log;
+  };
+  EXPECT_EQ(pass(),
+            (std::vector<std::string>{"run 0", "run 1", "notify 1", "run 2", "run 3", "notify 3", "run 4", "run 5"}));
+  const std::vector<std::string> replayed = {"replay 0", "run 1",    "notify 1", "replay 2",
+                                             "run 3",    "notify 3", "run 4",    "replay 5"};
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(pass(), replayed) << "each event handed out as its layer's graph ends";
+  EXPECT_EQ(dev.captures, 3);
+}
+
 TEST(CudaGraphs, AWarmUpCountsOnlyWhenWholeAndAnEmptyCaptureIsNeverLaunched) {
   using backend::cuda::StepKind;
   const StepKind D = StepKind::kDevice, H = StepKind::kHost;

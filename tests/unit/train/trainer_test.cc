@@ -238,6 +238,28 @@ TEST(Trainer, RemovesItsHookButNotAnotherOne) {
   EXPECT_EQ(calls, static_cast<int>(m->graph().params().size()));
 }
 
+// The trainer tells the model whether its hook enqueues work on the model's stream (a sum
+// over passes, a compression): a device plan with graphs then hands the events out
+// between them. Its removal says none does.
+TEST(Trainer, SaysWhetherItsHookEnqueuesWorkOfItsOwn) {
+  auto m = tiny(config());
+  {
+    Trainer t(m, config());
+    EXPECT_FALSE(m->graph().grad_ready_enqueues());
+  }
+  Config passes = config();
+  passes.set("backward_passes_per_step", "2");
+  {
+    Trainer t(m, passes);
+    EXPECT_TRUE(m->graph().grad_ready_enqueues());
+  }
+  EXPECT_FALSE(m->graph().grad_ready_enqueues()) << "the trainer's hook went with it";
+  m->set_grad_ready([](size_t, const Event&) {}, true);
+  EXPECT_TRUE(m->graph().grad_ready_enqueues());
+  m->set_grad_ready(nullptr, true);
+  EXPECT_FALSE(m->graph().grad_ready_enqueues()) << "no hook enqueues nothing";
+}
+
 TEST(Trainer, CheckpointRoundTripContinuesTheSameCurve) {
   TempDir dir;
   Config c = config();
