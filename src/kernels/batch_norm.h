@@ -441,7 +441,8 @@ void channel_sums_packed(const Stream& stream, int64_t rows, int64_t channels, c
 // channel_sums (channel_sums_packed with a map of kVec > 1 channels, laid out by `l`),
 // then then(c) for every channel c: on a GPU in the same launch, by its last block
 // (tickets: one u32 on the device, zero before the call and after it), on the host once
-// the sums are made.
+// the sums are made. rows > 0: a batch norm's N·H·W (the graph refuses empty batches);
+// without rows nothing runs.
 template <int kVec, typename Map, typename Then>
 void channel_sums_then(const Stream& stream, int64_t rows, int64_t channels, const BnSumsLayout& l, const Map& map,
                        double* sums, const Then& then, uint32_t* tickets) {

@@ -36,9 +36,6 @@ struct Fill {
   COHORT_HD void operator()(int64_t i, S* x) const { x[i] = C::store(value); }
 };
 
-// Where element i of an image value sits in NCHW order (the order every device draws
-// dropout masks in and flattens in): i itself for NCHW or [N, F] values, else the
-// NCHW index of NHWC position i. c = channels, hw = height × width (0: NCHW).
 // a / b and a % b (a >= 0, b > 0), in 32 bits where both fit: a GPU divides int64 in
 // a long software sequence, int32 in a few instructions.
 struct DivMod {
@@ -53,6 +50,9 @@ COHORT_HD DivMod div_mod(int64_t a, int64_t b) {
   return {a / b, a % b};
 }
 
+// Where element i of an image value sits in NCHW order (the order every device draws
+// dropout masks in and flattens in): i itself for NCHW or [N, F] values, else the
+// NCHW index of NHWC position i. c = channels, hw = height × width (0: NCHW).
 COHORT_HD int64_t nchw_index(int64_t i, int64_t c, int64_t hw) {
   if (hw == 0) return i;
   const DivMod a = div_mod(i, c), b = div_mod(a.q, hw);  // channel a.r, pixel b.r, sample b.q

@@ -25,7 +25,10 @@ __device__ void then_in_last_block(const Then& then, int64_t channels, uint32_t*
     const unsigned t = threadIdx.y * blockDim.x + threadIdx.x, threads = blockDim.x * blockDim.y;
     __threadfence();
     __syncthreads();
-    if (t == 0) last = atomicAdd(tickets, 1u) == gridDim.x * gridDim.y - 1;
+    if (t == 0) {
+      __threadfence();
+      last = atomicAdd(tickets, 1u) == static_cast<uint64_t>(gridDim.x) * gridDim.y - 1;
+    }
     __syncthreads();
     if (!last) return;
     __threadfence();
