@@ -100,6 +100,8 @@ def main():
         if have_torch:
             gloos.append(gloo(args, gloo_sizes))
     med = lambda xs: statistics.median(xs) if xs else float("nan")
+    # a ratio of a measurement that printed as 0 (a tiny size's busbw at two decimals) is unknown
+    ratio = lambda a, b: a / b if b > 0 else float("nan")
     n = args.np
     print(f"\n# allreduce f32 sum, np={n}, busbw GB/s = S/t * 2(n-1)/n, median of {args.runs} interleaved runs")
     print(f"{'size(B)':>11} {'cohort':>8} {'rawMPI':>8} {'x raw':>7} {'gloo':>8} {'x gloo':>7}")
@@ -109,14 +111,14 @@ def main():
         r = med([s[size]["raw"] for s in sweeps if size in s])
         g = med([x[size] for x in gloos if size in x]) if gloos else float("nan")
         gbw = size / (g * 1e-6) / 1e9 * factor if g == g else float("nan")
-        print(f"{size:>11} {c:>8.2f} {r:>8.2f} {c / r:>7.2f} {gbw:>8.2f} {c / gbw if gbw == gbw else float('nan'):>7.2f}")
+        print(f"{size:>11} {c:>8.2f} {r:>8.2f} {ratio(c, r):>7.2f} {gbw:>8.2f} {ratio(c, gbw):>7.2f}")
     lc, lr = med([x["cohort"] for x in lats]), med([x["raw"] for x in lats])
     lg = med([x[8] for x in gloos if 8 in x]) if gloos else float("nan")
     print(f"\n# 8-byte allreduce latency (us): cohort {lc:.2f}, raw MPI {lr:.2f}, gloo {lg:.2f}; "
-          f"cohort/gloo = {lc / lg if lg == lg else float('nan'):.3f} (goal <= 0.1), cohort/raw = {lc / lr:.1f}")
+          f"cohort/gloo = {ratio(lc, lg):.3f} (goal <= 0.1), cohort/raw = {ratio(lc, lr):.1f}")
     nc, nr = med([x["cohort"] for x in nets]), med([x["raw"] for x in nets])
     print(f"# ResNet-50 gradient set (161 f32 tensors, 25,557,032 values, backward order): cohort step {nc:.2f} ms, "
-          f"one raw MPI_Allreduce {nr:.2f} ms, ratio {nc / nr:.3f} (goal <= 1.0)")
+          f"one raw MPI_Allreduce {nr:.2f} ms, ratio {ratio(nc, nr):.3f} (goal <= 1.0)")
 
 
 if __name__ == "__main__":
