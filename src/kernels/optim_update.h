@@ -12,29 +12,55 @@
 
 namespace cohort::kernels {
 
+// What an update reads from memory rather than from its arguments where one launch (a
+// captured CUDA graph) serves every step: the step's learning rate and Adam's bias
+// corrections, the inverse of the loss scale, and the count of unscaled gradients that
+// are inf or NaN (an update skips the step when it is not zero).
+struct StepValues {
+  float lr = 0.f;
+  float bias1 = 1.f, bias2 = 1.f;
+  float inv_scale = 1.f;
+  uint32_t nonfinite = 0;
+};
+
+// Writes a step's values (one element).
+struct SetStepValues {
+  StepValues v;
+  COHORT_HD void operator()(int64_t, StepValues* out) const { *out = v; }
+};
+
 // SGD with optional momentum, Nesterov momentum and L2 weight decay, in PyTorch's
 // formulation: g += wd·w; v = μ·v + g; step = nesterov ? g + μ·v : v; w -= lr·step.
 // With momentum 0 the velocity is neither read nor written (it may be null).
+// With `step` set, lr is step->lr and nothing changes when step->nonfinite is not zero.
 struct SgdUpdate {
   float lr;
   float momentum;
   float weight_decay;
   bool nesterov;
+  const StepValues* step = nullptr;
 
   COHORT_HD void operator()(int64_t i, float* w, const float* g, float* velocity) const {
+    float rate = lr;
+    if (step) {
+      if (step->nonfinite != 0) return;
+      rate = step->lr;
+    }
     float d = g[i] + weight_decay * w[i];
     if (momentum != 0.0f) {
       float v = momentum * velocity[i] + d;
       velocity[i] = v;
       d = nesterov ? d + momentum * v : v;
     }
-    w[i] -= lr * d;
+    w[i] -= rate * d;
   }
 };
 
 // Adam (Kingma & Ba 2015) and AdamW (Loshchilov & Hutter 2019). Adam adds wd·w to the
 // gradient (L2); AdamW decays the weight directly, w -= lr·wd·w, before the Adam step.
-// bias1 = 1 − β1^t and bias2 = 1 − β2^t for the step t (1-based) being taken.
+// bias1 = 1 − β1^t and bias2 = 1 − β2^t for the step t (1-based) being taken. With
+// `step` set, lr, bias1 and bias2 are step's, and a step with non-finite gradients
+// changes nothing.
 struct AdamUpdate {
   float lr;
   float beta1;
@@ -44,12 +70,20 @@ struct AdamUpdate {
   bool decoupled;  // true: AdamW
   float bias1;
   float bias2;
+  const StepValues* step = nullptr;
 
   COHORT_HD void operator()(int64_t i, float* w, const float* g, float* m, float* v) const {
+    float rate = lr, b1 = bias1, b2 = bias2;
+    if (step) {
+      if (step->nonfinite != 0) return;
+      rate = step->lr;
+      b1 = step->bias1;
+      b2 = step->bias2;
+    }
     float wi = w[i];
     float gi = g[i];
     if (decoupled) {
-      wi -= lr * weight_decay * wi;
+      wi -= rate * weight_decay * wi;
     } else {
       gi += weight_decay * wi;
     }
@@ -57,9 +91,9 @@ struct AdamUpdate {
     float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    float m_hat = mi / bias1;
-    float v_hat = vi / bias2;
-    w[i] = wi - lr * m_hat / (sqrtf(v_hat) + epsilon);
+    float m_hat = mi / b1;
+    float v_hat = vi / b2;
+    w[i] = wi - rate * m_hat / (sqrtf(v_hat) + epsilon);
   }
 };
 
@@ -109,11 +143,13 @@ struct Zero {
 // Loss scaling as a reduction map: g[i] *= inv_scale, and 1 when the result is inf or
 // NaN (an overflow in the f16 backward pass), else 0; summed over a gradient with
 // kernels::reduce_into, a non-zero count skips the step.
+// With `step` set, the inverse scale is step->inv_scale.
 struct UnscaleCount {
   float* g;
   float inv_scale;
+  const StepValues* step = nullptr;
   COHORT_HD uint32_t operator()(int64_t i) const {
-    const float v = g[i] * inv_scale;
+    const float v = g[i] * (step ? step->inv_scale : inv_scale);
     g[i] = v;
     return v - v == 0.0f ? 0u : 1u;  // inf − inf and NaN − NaN are NaN
   }

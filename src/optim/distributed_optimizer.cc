@@ -79,6 +79,7 @@ DistributedOptions DistributedOptions::from_config(const Config& config) {
   o.compress_f16 = config.get_string("compression") == "f16";
   o.compress_bf16 = config.get_string("compression") == "bf16";
   o.gradient_predivide_factor = config.get_float("gradient_predivide_factor");
+  o.capture_update = config.get_string("cuda_graphs") == "on";
   return o;
 }
 
@@ -162,12 +163,20 @@ bool DistributedOptimizer::step(double lr) {
     }
   }
   skipped_ = false;
-  if (scaler_ != nullptr) {
-    const bool finite = scaler_->unscale(reduced_, stream_);
-    scaler_->update(finite);
+  if (options_.capture_update && optimizer_.options().kind != OptimizerKind::kLars) {
+    // The overflow check on the device, inside the replayed update; read after it.
+    const bool finite = optimizer_.step_captured(reduced_, lr, stream_, scaler_ != nullptr,
+                                                 scaler_ != nullptr ? 1.0 / scaler_->scale() : 1.0);
+    if (scaler_ != nullptr) scaler_->update(finite);
     skipped_ = !finite;
+  } else {
+    if (scaler_ != nullptr) {
+      const bool finite = scaler_->unscale(reduced_, stream_);
+      scaler_->update(finite);
+      skipped_ = !finite;
+    }
+    if (!skipped_) optimizer_.step(reduced_, lr, stream_);
   }
-  if (!skipped_) optimizer_.step(reduced_, lr, stream_);
   passes_.clear_sums();
   return true;
 }

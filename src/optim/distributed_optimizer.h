@@ -72,8 +72,11 @@ struct DistributedOptions {
   // False: gradients are never exchanged (every rank trains its own model); broadcasts
   // and the consistency check still go through the collectives.
   bool exchange = true;
+  // The unscale and the update as one graph replayed every step (Optimizer::
+  // step_captured; cuda_graphs=on), except with LARS.
+  bool capture_update = false;
 
-  // From backward_passes_per_step, compression and gradient_predivide_factor.
+  // From backward_passes_per_step, compression, gradient_predivide_factor and cuda_graphs.
   static DistributedOptions from_config(const Config& config);
 };
 

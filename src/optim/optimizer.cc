@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/config.h"
+#include "core/logging.h"
 #include "core/status.h"
 #include "kernels/for_each.h"
 #include "kernels/optim_update.h"
@@ -128,6 +129,7 @@ Tensor& Optimizer::state_for(const ParamGrad& p, std::string_view suffix, const 
     copy(moved, it->second, stream);
     it->second = moved;
     checked_.clear();  // it may hold the buffer just released
+    forget_graph();
   }
   return it->second;
 }
@@ -140,8 +142,7 @@ void Optimizer::init_state(std::span<const ParamGrad> params, const Stream& stre
   }
 }
 
-void Optimizer::step(std::span<const ParamGrad> params, double lr, const Stream& stream) {
-  require(std::isfinite(lr) && lr >= 0, "optimizer: learning rate must be finite and >= 0, got ", lr);
+void Optimizer::check_list(std::span<const ParamGrad> params, const Stream& stream) {
   // Everything is validated before any parameter changes; the names' uniqueness and
   // the state's lookups only for a list unlike the last step's.
   if (same_as_checked(params)) {
@@ -150,8 +151,89 @@ void Optimizer::step(std::span<const ParamGrad> params, double lr, const Stream&
     init_state(params, stream);
     remember_checked(params, stream);
   }
+}
+
+void Optimizer::step(std::span<const ParamGrad> params, double lr, const Stream& stream) {
+  require(std::isfinite(lr) && lr >= 0, "optimizer: learning rate must be finite and >= 0, got ", lr);
+  check_list(params, stream);
   update(params, lr, stream);
   ++steps_;
+}
+
+void Optimizer::forget_graph() {
+  update_graph_.reset();
+  graph_memory_.clear();
+}
+
+std::vector<const void*> Optimizer::graph_memory(std::span<const ParamGrad> params) const {
+  std::vector<const void*> m;
+  m.reserve(2 * params.size() + 1);
+  for (const ParamGrad& p : params) {
+    m.push_back(p.param.data());
+    m.push_back(p.grad.data());
+  }
+  m.push_back(step_values_.data());
+  return m;
+}
+
+bool Optimizer::step_captured(std::span<const ParamGrad> params, double lr, const Stream& stream, bool unscale,
+                              double inv_scale) {
+  require(options_.kind != OptimizerKind::kLars,
+          "optimizer: LARS reads its norms on the host between passes; its update cannot be captured (use step)");
+  require(std::isfinite(lr) && lr >= 0, "optimizer: learning rate must be finite and >= 0, got ", lr);
+  require(std::isfinite(inv_scale) && inv_scale > 0, "optimizer: the loss scale's inverse must be finite and > 0, got ",
+          inv_scale);
+  check_list(params, stream);
+  if (params.empty()) {
+    ++steps_;
+    return true;
+  }
+  static_assert(sizeof(kernels::StepValues) == 5 * sizeof(int32_t));
+  const Tensor& first = params.front().param;
+  if (step_values_.data() == nullptr || !(step_values_.device() == first.device())) {
+    step_values_ = Tensor::empty_like(first, {5}, DType::kI32, stream);
+    forget_graph();
+  }
+  auto* values = static_cast<kernels::StepValues*>(step_values_.data());
+  const double t = static_cast<double>(steps_ + 1);
+  const kernels::StepValues v{static_cast<float>(lr), static_cast<float>(1.0 - std::pow(options_.beta1, t)),
+                              static_cast<float>(1.0 - std::pow(options_.beta2, t)), static_cast<float>(inv_scale), 0u};
+  kernels::for_each(stream, 1, kernels::SetStepValues{v}, values);
+  if (update_graph_ && (graph_unscale_ != unscale || graph_memory(params) != graph_memory_)) forget_graph();
+  if (!update_graph_ && !graphs_off_ && !stream.is_host()) {
+    try {
+      update_graph_ = capture_graph(stream, [&] { enqueue_captured(params, unscale, stream); });
+      graph_unscale_ = unscale;
+      graph_memory_ = graph_memory(params);
+    } catch (const Error& e) {
+      graphs_off_ = true;
+      COHORT_LOG_WARN("the optimizer's update is enqueued step by step: its capture failed (", e.what(), ")");
+    }
+  }
+  if (update_graph_)
+    launch_graph(update_graph_, stream);
+  else
+    enqueue_captured(params, unscale, stream);
+  uint32_t nonfinite = values->nonfinite;
+  if (!stream.is_host()) {
+    Tensor count = Tensor::wrap(&values->nonfinite, {1}, DType::kI32, step_values_.device());
+    nonfinite = static_cast<uint32_t>(*to_host(count, stream).data_as<int32_t>());
+  }
+  if (nonfinite != 0) return false;
+  ++steps_;
+  return true;
+}
+
+void Optimizer::enqueue_captured(std::span<const ParamGrad> params, bool unscale, const Stream& stream) {
+  auto* values = static_cast<kernels::StepValues*>(step_values_.data());
+  if (unscale) {
+    std::vector<kernels::ReduceItem<kernels::UnscaleCount>> items;
+    items.reserve(params.size());
+    for (const ParamGrad& p : params)
+      items.push_back({p.grad.numel(), kernels::UnscaleCount{p.grad.data_as<float>(), 1.f, values}});
+    kernels::reduce_list_into<uint32_t>(stream, items, kernels::Plus{}, &values->nonfinite);
+  }
+  update(params, 0.0, stream, values);
 }
 
 bool Optimizer::same_as_checked(std::span<const ParamGrad> params) const {
@@ -173,6 +255,7 @@ void Optimizer::remember_checked(std::span<const ParamGrad> params, const Stream
     checked.push_back(std::move(c));
   }
   checked_ = std::move(checked);
+  forget_graph();  // captured with the last list's state
 }
 
 std::vector<double> Optimizer::norms(std::span<const ParamGrad> params, const std::vector<char>& wanted,
@@ -201,7 +284,8 @@ std::vector<double> Optimizer::norms(std::span<const ParamGrad> params, const st
 
 // Every parameter's update as one list pass (kernels::for_each_list: a few launches on a
 // GPU, not one per tensor); each state as checked_ has it (step() made it match).
-void Optimizer::update(std::span<const ParamGrad> params, double lr, const Stream& stream) {
+void Optimizer::update(std::span<const ParamGrad> params, double lr, const Stream& stream,
+                       const kernels::StepValues* values) {
   const auto& o = options_;
   auto w = [](const ParamGrad& p) { return p.param.data_as<float>(); };
   auto g = [](const ParamGrad& p) { return static_cast<const float*>(p.grad.data_as<float>()); };
@@ -212,7 +296,7 @@ void Optimizer::update(std::span<const ParamGrad> params, double lr, const Strea
     case OptimizerKind::kNesterov: {
       const bool momentum = o.kind != OptimizerKind::kSgd;
       const kernels::SgdUpdate f{static_cast<float>(lr), momentum ? static_cast<float>(o.momentum) : 0.0f,
-                                 static_cast<float>(o.weight_decay), o.kind == OptimizerKind::kNesterov};
+                                 static_cast<float>(o.weight_decay), o.kind == OptimizerKind::kNesterov, values};
       std::vector<kernels::ForEachItem<kernels::SgdUpdate, float*, const float*, float*>> items;
       for (size_t k = 0; k < params.size(); ++k)
         items.push_back({params[k].param.numel(), f, {w(params[k]), g(params[k]), momentum ? state(k, 0) : nullptr}});
@@ -229,7 +313,8 @@ void Optimizer::update(std::span<const ParamGrad> params, double lr, const Strea
                                   static_cast<float>(o.weight_decay),
                                   o.kind == OptimizerKind::kAdamW,
                                   static_cast<float>(1.0 - std::pow(o.beta1, t)),
-                                  static_cast<float>(1.0 - std::pow(o.beta2, t))};
+                                  static_cast<float>(1.0 - std::pow(o.beta2, t)),
+                                  values};
       std::vector<kernels::ForEachItem<kernels::AdamUpdate, float*, const float*, float*, float*>> items;
       for (size_t k = 0; k < params.size(); ++k)
         items.push_back({params[k].param.numel(), f, {w(params[k]), g(params[k]), state(k, 0), state(k, 1)}});
@@ -304,6 +389,7 @@ void Optimizer::import_state(std::span<const NamedTensor> state) {
   require(steps >= 0, "optimizer state: the 'step' entry is missing");
   state_ = std::move(fresh);
   checked_.clear();  // its pointers were into the old state
+  forget_graph();
   steps_ = steps;
 }
 

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -18,6 +19,9 @@
 namespace cohort {
 
 class Config;
+namespace kernels {
+struct StepValues;
+}
 
 enum class OptimizerKind { kSgd, kMomentum, kNesterov, kAdam, kAdamW, kLars };
 
@@ -54,6 +58,22 @@ class Optimizer {
   // back, so with a device stream the call waits for the work before the LARS updates.
   void step(std::span<const ParamGrad> params, double lr, const Stream& stream = {});
 
+  // step() with the step's values (lr, Adam's bias corrections, the loss scale) read
+  // from memory the optimizer keeps on the parameters' device (kernels::StepValues), so
+  // that one graph captured on the first call (tensor/device_api.h capture_graph)
+  // replays every later step of the same list where the device keeps graphs (CUDA);
+  // elsewhere the same work is enqueued each call. With `unscale`, every gradient is
+  // first divided by the loss scale (multiplied by inv_scale) and the update changes
+  // nothing when any result is inf or NaN: decided on the device, with no read between
+  // the two. Returns whether the step was taken (counted), from one read back after the
+  // update. Not LARS, which reads its norms on the host between the passes. A capture
+  // that fails turns graphs off for this optimizer, which then enqueues each step.
+  bool step_captured(std::span<const ParamGrad> params, double lr, const Stream& stream, bool unscale = false,
+                     double inv_scale = 1.0);
+  // Whether step_captured replays a graph (false before its first call, on the host,
+  // and once a capture failed).
+  bool replays_update() const { return update_graph_ != nullptr; }
+
   // Creates zero state for parameters not seen yet, so that export_state() lists the
   // full state before the first step (for a broadcast from rank 0).
   void init_state(std::span<const ParamGrad> params, const Stream& stream = {});
@@ -87,7 +107,12 @@ class Optimizer {
   // list every step, and the lookups by name cost microseconds a parameter).
   bool same_as_checked(std::span<const ParamGrad> params) const;
   void remember_checked(std::span<const ParamGrad> params, const Stream& stream);
-  void update(std::span<const ParamGrad> params, double lr, const Stream& stream);
+  // The updates, with lr or, where `values` is set, the values it points at.
+  void update(std::span<const ParamGrad> params, double lr, const Stream& stream,
+              const kernels::StepValues* values = nullptr);
+  void check_list(std::span<const ParamGrad> params, const Stream& stream);
+  // The unscale (with `unscale`) and the update of step_captured, reading step_values_.
+  void enqueue_captured(std::span<const ParamGrad> params, bool unscale, const Stream& stream);
   // ‖w‖ at 2·k and ‖∇w‖ at 2·k + 1 for each parameter k that `wanted` marks (0 for the
   // others): one list pass, one read-back.
   std::vector<double> norms(std::span<const ParamGrad> params, const std::vector<char>& wanted,
@@ -99,12 +124,22 @@ class Optimizer {
     Device device;
     float* state[2];  // state_suffixes()' tensors, in that order
   };
+  // The parameters' and gradients' memory the update graph was captured with.
+  std::vector<const void*> graph_memory(std::span<const ParamGrad> params) const;
 
   OptimizerOptions options_;
   int64_t steps_ = 0;
   std::map<std::string, Tensor, std::less<>> state_;  // "<param>/<suffix>" → f32 tensor
   std::vector<Checked> checked_;  // the last step's parameters; emptied where a state's buffer changes
                                   // (import_state, a state moved to its parameter's device)
+  // step_captured: the step's values on the parameters' device, the graph (dropped with
+  // checked_, and where the list's memory or the unscale differ from its capture).
+  Tensor step_values_;
+  std::shared_ptr<void> update_graph_;
+  std::vector<const void*> graph_memory_;
+  bool graph_unscale_ = false;
+  bool graphs_off_ = false;
+  void forget_graph();
 };
 
 }  // namespace cohort

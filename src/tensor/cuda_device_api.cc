@@ -115,6 +115,33 @@ class CudaApi final : public DeviceApi {
     use_device(s);
     check(cudaStreamSynchronize(native(s)), "cudaStreamSynchronize");
   }
+  // Stream capture in thread-local mode: a call of this thread that a graph cannot hold
+  // fails the capture instead of running.
+  std::shared_ptr<void> capture_graph(const Stream& s, const std::function<void()>& enqueue) override {
+    use_device(s);
+    check(cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    cudaGraph_t graph = nullptr;
+    try {
+      enqueue();
+    } catch (...) {
+      cudaStreamEndCapture(native(s), &graph);
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();  // the step's own error is the one thrown
+      throw;
+    }
+    check(cudaStreamEndCapture(native(s), &graph), "cudaStreamEndCapture");
+    size_t nodes = 0;
+    cudaError_t rc = cudaGraphGetNodes(graph, nullptr, &nodes);
+    cudaGraphExec_t exec = nullptr;
+    if (rc == cudaSuccess && nodes > 0) rc = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(rc, "cudaGraphInstantiateWithFlags");
+    if (!exec) return nullptr;
+    return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+  }
+  void launch_graph(const std::shared_ptr<void>& graph, const Stream& s) override {
+    check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), native(s)), "cudaGraphLaunch");
+  }
 };
 
 }  // namespace

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 
 #include "tensor/device.h"
 
@@ -39,6 +41,16 @@ class DeviceApi {
   virtual double elapsed(const Event& start, const Event& stop) { return 0; }
   // Waits until the work enqueued on `stream` is done.
   virtual void synchronize(const Stream& stream) = 0;
+
+  // Graphs (CUDA): the work `enqueue` puts on `stream`, captured instead of run, as a
+  // graph that launch_graph() replays on a stream, each launch with the arguments and
+  // pointers of the capture. Null where the device keeps no graphs (the caller then
+  // enqueues the work itself) or where the work enqueued nothing. Throws when the
+  // capture fails (work a graph cannot hold); the stream has left capture mode then.
+  virtual std::shared_ptr<void> capture_graph(const Stream& stream, const std::function<void()>& enqueue) {
+    return nullptr;
+  }
+  virtual void launch_graph(const std::shared_ptr<void>& graph, const Stream& stream) {}
 };
 
 // The API of a device kind: kCpu and kCudaHost share the host's (inline, complete
@@ -49,6 +61,14 @@ DeviceApi& device_api(Device::Kind kind);
 // An event marking the work enqueued on `stream` so far (complete for a host stream).
 inline Event record_event(const Stream& stream) {
   return stream.is_host() ? Event() : device_api(stream.device().kind).record(stream);
+}
+
+// DeviceApi::capture_graph and launch_graph for the stream's device (null on the host).
+inline std::shared_ptr<void> capture_graph(const Stream& stream, const std::function<void()>& enqueue) {
+  return stream.is_host() ? nullptr : device_api(stream.device().kind).capture_graph(stream, enqueue);
+}
+inline void launch_graph(const std::shared_ptr<void>& graph, const Stream& stream) {
+  device_api(stream.device().kind).launch_graph(graph, stream);
 }
 
 // Waits until the work enqueued on `stream` is done (nothing to wait for on the host).

@@ -79,6 +79,7 @@ class Trainer {
   // The learning rate the next update will use.
   double next_lr();
   int64_t steps() const { return optimizer_->steps(); }
+  const Optimizer& optimizer() const { return *optimizer_; }
 
   // Collective: parameters, batch-norm statistics and optimizer state become root's.
   void broadcast(int root);

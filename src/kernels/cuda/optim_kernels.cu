@@ -15,6 +15,7 @@ namespace cohort::kernels::cuda {
 COHORT_FOR_EACH(AccumulateScaled, float*, const float*)
 COHORT_FOR_EACH(Scale, float*)
 COHORT_FOR_EACH(Zero, float*)
+COHORT_FOR_EACH(SetStepValues, StepValues*)
 COHORT_FOR_EACH(CompressF16, uint16_t*, const float*)
 COHORT_FOR_EACH(CompressBF16, uint16_t*, const float*)
 COHORT_FOR_EACH(DecompressF16, float*, const uint16_t*)

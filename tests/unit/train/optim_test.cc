@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -290,6 +291,75 @@ TEST(Optimizer, UpdatesOnADeviceMatchTheHostAndKeepTheirStateThere) {
         EXPECT_EQ(e.tensor.device(), test) << e.name;
       }
     }
+  }
+}
+
+// step_captured reads the step's values from memory: the same updates as step(), to the
+// bit, over steps with changing learning rates (Adam's bias corrections follow the step
+// count), on the host and on the test device (its device path: the read back).
+TEST(Optimizer, ACapturedStepIsTheStepWithItsValuesInMemory) {
+  const Device test{Device::Kind::kTest, 0};
+  Memory memory;
+  auto cache = memory.on(test);
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kNesterov,
+                             OptimizerKind::kAdam, OptimizerKind::kAdamW}) {
+    SCOPED_TRACE(optimizer_kind_name(kind));
+    Optimizer plain(opts(kind)), host(opts(kind)), dev(opts(kind));
+    Tensor w = make({1.0f, -2.0f, 0.5f, 3.0f}, {2, 2}), hw = make({1.0f, -2.0f, 0.5f, 3.0f}, {2, 2});
+    Tensor g = make({0.5f, 0.25f, -1.0f, 2.0f}, {2, 2});
+    Tensor dw = clone_to(w, *cache), dg = clone_to(g, *cache);
+    OwnedStream stream(test);
+    for (double lr : {0.1, 0.05, 0.2}) {
+      ParamGrad p{"w", w, g}, hp{"w", hw, g}, dp{"w", dw, dg};
+      plain.step({&p, 1}, lr);
+      EXPECT_TRUE(host.step_captured({&hp, 1}, lr, Stream()));
+      EXPECT_TRUE(dev.step_captured({&dp, 1}, lr, stream));
+    }
+    EXPECT_EQ(values(hw), values(w));
+    EXPECT_EQ(values(to_host(dw, stream)), values(w));
+    EXPECT_EQ(host.steps(), 3);
+    EXPECT_EQ(dev.steps(), 3);
+    EXPECT_FALSE(dev.replays_update()) << "the test device keeps no graphs: each step is enqueued";
+    const std::vector<NamedTensor> want = plain.export_state(), got = dev.export_state();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 1; i < want.size(); ++i) EXPECT_EQ(values(to_host(got[i].tensor)), values(want[i].tensor));
+  }
+}
+
+// With unscale, the gradients are divided by the loss scale before the update (here by
+// 8: the same values as unscaled gradients), and a non-finite one makes the update
+// change nothing and count nothing; the next step goes on as if it had not happened.
+TEST(Optimizer, ACapturedStepUnscalesAndSkipsAnOverflowWithoutAHostReadBetween) {
+  for (OptimizerKind kind : {OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+    SCOPED_TRACE(optimizer_kind_name(kind));
+    Optimizer plain(opts(kind)), scaled(opts(kind));
+    Tensor w = make({1.0f, -2.0f}), sw = make({1.0f, -2.0f});
+    Tensor g = make({0.5f, 0.25f}), sg = make({4.0f, 2.0f});
+    ParamGrad p{"w", w, g}, sp{"w", sw, sg};
+    plain.step({&p, 1}, 0.1);
+    EXPECT_TRUE(scaled.step_captured({&sp, 1}, 0.1, Stream(), true, 0.125));
+    EXPECT_EQ(values(sg), values(g)) << "unscaled in place";
+    EXPECT_EQ(values(sw), values(w));
+    sg.data_as<float>()[0] = std::numeric_limits<float>::infinity();
+    sg.data_as<float>()[1] = 8.0f;
+    EXPECT_FALSE(scaled.step_captured({&sp, 1}, 0.1, Stream(), true, 0.125));
+    EXPECT_EQ(values(sw), values(w)) << "an overflow changes nothing";
+    EXPECT_EQ(scaled.steps(), 1);
+    std::memcpy(sg.data(), std::vector<float>{-8.0f, 16.0f}.data(), 2 * sizeof(float));
+    std::memcpy(g.data(), std::vector<float>{-1.0f, 2.0f}.data(), 2 * sizeof(float));
+    plain.step({&p, 1}, 0.2);
+    EXPECT_TRUE(scaled.step_captured({&sp, 1}, 0.2, Stream(), true, 0.125));
+    EXPECT_EQ(values(sw), values(w));
+    EXPECT_EQ(scaled.steps(), 2);
+  }
+  Optimizer lars(opts(OptimizerKind::kLars));
+  Tensor w = make({1.0f}), g = make({1.0f});
+  ParamGrad p{"w", w, g};
+  try {
+    lars.step_captured({&p, 1}, 0.1, Stream());
+    FAIL() << "LARS's update was captured";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LARS reads its norms on the host"), std::string::npos) << e.what();
   }
 }
 
