@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/status.h"
+#include "tensor/cuda_graph.h"
 #include "tensor/device_api.h"
 
 namespace cohort {
@@ -23,37 +24,18 @@ void use_device(const Stream& s) {
   if (current != s.device().id) check(cudaSetDevice(s.device().id), "cudaSetDevice");
 }
 
-class CudaEvent final : public Event::Impl {
+// An event recorded where it is made (a timed one also marks the time).
+class CudaEvent final : public CudaEventImpl {
  public:
-  explicit CudaEvent(const Stream& s, bool timed = false) {
-    use_device(s);
-    check(cudaEventCreateWithFlags(&event_, timed ? cudaEventDefault : cudaEventDisableTiming),
-          "cudaEventCreateWithFlags");
-    cudaError_t rc = cudaEventRecord(event_, native(s));
-    if (rc != cudaSuccess) {
-      cudaEventDestroy(event_);
-      check(rc, "cudaEventRecord");
-    }
+  explicit CudaEvent(const Stream& s, bool timed = false) : CudaEventImpl(on_device_of(s, timed)) {
+    check(cudaEventRecord(event_, native(s)), "cudaEventRecord");
   }
-  ~CudaEvent() override { cudaEventDestroy(event_); }
-  CudaEvent(const CudaEvent&) = delete;
-  CudaEvent& operator=(const CudaEvent&) = delete;
-
-  bool query() override {
-    cudaError_t rc = cudaEventQuery(event_);
-    if (rc == cudaErrorNotReady) return false;
-    check(rc, "cudaEventQuery");
-    return true;
-  }
-  void synchronize() override { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
-  void block(const Stream& s) override {
-    if (s.device().kind != Device::Kind::kCuda) return synchronize();
-    check(cudaStreamWaitEvent(native(s), event_, 0), "cudaStreamWaitEvent");
-  }
-  cudaEvent_t get() const { return event_; }
 
  private:
-  cudaEvent_t event_ = nullptr;
+  static bool on_device_of(const Stream& s, bool timed) {  // the event is made on the stream's device
+    use_device(s);
+    return timed;
+  }
 };
 
 class CudaApi final : public DeviceApi {
@@ -130,14 +112,7 @@ class CudaApi final : public DeviceApi {
       throw;
     }
     check(cudaStreamEndCapture(native(s), &graph), "cudaStreamEndCapture");
-    size_t nodes = 0;
-    cudaError_t rc = cudaGraphGetNodes(graph, nullptr, &nodes);
-    cudaGraphExec_t exec = nullptr;
-    if (rc == cudaSuccess && nodes > 0) rc = cudaGraphInstantiateWithFlags(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    check(rc, "cudaGraphInstantiateWithFlags");
-    if (!exec) return nullptr;
-    return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+    return instantiate_graph(graph);
   }
   void launch_graph(const std::shared_ptr<void>& graph, const Stream& s) override {
     check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), native(s)), "cudaGraphLaunch");
@@ -145,6 +120,40 @@ class CudaApi final : public DeviceApi {
 };
 
 }  // namespace
+
+CudaEventImpl::CudaEventImpl() : CudaEventImpl(false) {}
+CudaEventImpl::CudaEventImpl(bool timed) {
+  check(cudaEventCreateWithFlags(&event_, timed ? cudaEventDefault : cudaEventDisableTiming),
+        "cudaEventCreateWithFlags");
+}
+CudaEventImpl::~CudaEventImpl() { cudaEventDestroy(event_); }
+
+bool CudaEventImpl::query() {
+  const cudaError_t rc = cudaEventQuery(event_);
+  if (rc == cudaErrorNotReady) return false;
+  check(rc, "cudaEventQuery");
+  return true;
+}
+void CudaEventImpl::synchronize() { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+void CudaEventImpl::block(const Stream& s) {
+  if (s.device().kind != Device::Kind::kCuda) return synchronize();
+  check(cudaStreamWaitEvent(native(s), event_, 0), "cudaStreamWaitEvent");
+}
+
+void record_in_capture(CudaEventImpl& event, cudaStream_t stream) {
+  check(cudaEventRecordWithFlags(event.get(), stream, cudaEventRecordExternal), "cudaEventRecordWithFlags");
+}
+
+std::shared_ptr<void> instantiate_graph(cudaGraph_t graph) {
+  size_t nodes = 0;
+  cudaError_t rc = cudaGraphGetNodes(graph, nullptr, &nodes);
+  cudaGraphExec_t exec = nullptr;
+  if (rc == cudaSuccess && nodes > 0) rc = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(rc, "cudaGraphInstantiateWithFlags");
+  if (!exec) return nullptr;  // no work captured
+  return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+}
 
 DeviceApi& cuda_device_api() {
   static CudaApi api;

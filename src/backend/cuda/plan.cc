@@ -7,6 +7,7 @@
 #include "core/logging.h"
 #include "kernels/for_each.h"
 #include "kernels/layer_ops.h"
+#include "tensor/cuda_graph.h"
 #include "tensor/device_api.h"
 
 namespace cohort::backend::cuda {
@@ -50,14 +51,7 @@ class CudaGraphOps final : public GraphOps {
     capturing_ = false;
     cudaGraph_t graph = nullptr;
     check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
-    size_t nodes = 0;
-    cudaError_t rc = cudaGraphGetNodes(graph, nullptr, &nodes);
-    cudaGraphExec_t exec = nullptr;
-    if (rc == cudaSuccess && nodes > 0) rc = cudaGraphInstantiateWithFlags(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    check(rc, "cudaGraphInstantiateWithFlags");
-    if (!exec) return nullptr;  // the steps enqueued nothing (they only made memory, once)
-    return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+    return instantiate_graph(graph);  // null: the steps enqueued nothing (they only made memory, once)
   }
   void abandon_capture() noexcept override {
     capturing_ = false;
@@ -76,34 +70,6 @@ class CudaGraphOps final : public GraphOps {
  private:
   cudaStream_t stream_;
   bool& capturing_;
-};
-
-// The event a ready() step records inside a graph: one CUDA event, recorded by every
-// launch (an external event node: other streams and the host may wait for it).
-class GraphEvent final : public Event::Impl {
- public:
-  GraphEvent() { check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags"); }
-  ~GraphEvent() override { cudaEventDestroy(event_); }
-  GraphEvent(const GraphEvent&) = delete;
-  GraphEvent& operator=(const GraphEvent&) = delete;
-
-  void record_in_capture(cudaStream_t s) {
-    check(cudaEventRecordWithFlags(event_, s, cudaEventRecordExternal), "cudaEventRecordWithFlags");
-  }
-  bool query() override {
-    const cudaError_t rc = cudaEventQuery(event_);
-    if (rc == cudaErrorNotReady) return false;
-    check(rc, "cudaEventQuery");
-    return true;
-  }
-  void synchronize() override { check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
-  void block(const Stream& s) override {
-    if (s.device().kind != Device::Kind::kCuda) return synchronize();
-    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(s.native()), event_, 0), "cudaStreamWaitEvent");
-  }
-
- private:
-  cudaEvent_t event_ = nullptr;
 };
 
 void check_input(const Tensor& t, Device device, const Shape& want, DType dtype, const char* what) {
@@ -228,7 +194,7 @@ void CudaPlan::grad_done(Steps& steps, DVal& v) {
 void CudaPlan::ready(Steps& steps, const std::vector<int>& params) {
   const size_t slot = ready_events_.size();
   ready_events_.emplace_back();
-  graph_events_.push_back(graphs() ? std::make_shared<GraphEvent>() : nullptr);
+  graph_events_.push_back(graphs() ? std::make_shared<CudaEventImpl>() : nullptr);
   steps.push_back({[this, slot] { ready_events_[slot] = record_ready(slot); }, 0, false, StepKind::kNotify,
                    [this, slot, params] {
                      if (!ready_ || !*ready_) return;
@@ -241,8 +207,8 @@ void CudaPlan::ready(Steps& steps, const std::vector<int>& params) {
 // done with one pass's events before the next backward (the engine's wait_all).
 Event CudaPlan::record_ready(size_t slot) {
   if (!capturing_) return ready_ && *ready_ ? record_event(stream_) : Event();
-  const std::shared_ptr<Event::Impl>& e = graph_events_[slot];
-  static_cast<GraphEvent&>(*e).record_in_capture(stream());
+  const std::shared_ptr<CudaEventImpl>& e = graph_events_[slot];
+  record_in_capture(*e, stream());
   return Event(e);
 }
 

@@ -42,6 +42,7 @@
 #include "kernels/for_each.h"
 #include "kernels/layer_ops.h"
 #include "tensor/allocator.h"
+#include "tensor/cuda_graph.h"
 
 namespace cohort::backend::cuda {
 
@@ -257,7 +258,7 @@ class CudaPlan final : public Plan {
   // Per ready() step: the event its last run recorded, and the one graphs record (made
   // with the plan where it has graphs; declared before the graphs that record them).
   std::vector<Event> ready_events_;
-  std::vector<std::shared_ptr<Event::Impl>> graph_events_;
+  std::vector<std::shared_ptr<CudaEventImpl>> graph_events_;
   Event record_ready(size_t slot);
   bool ready_enqueues_ = false;    // the listener enqueues work of its own (backend.h)
   void make_graphs(bool forward);  // the StepGraphs of the backward pass, and of the forward one

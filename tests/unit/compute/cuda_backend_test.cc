@@ -362,6 +362,33 @@ TEST(CudaBackend, DescribesTheGpuAndItsMathPolicy) {
   EXPECT_NE(b->describe().find("tf32=auto"), std::string::npos) << b->describe();
 }
 
+// A CUDA backend that replays graphs, and the convolution options of a 3x3 kernel that
+// keeps the image size.
+struct GraphsBackend {
+  Memory memory;
+  backend::BackendOptions o;
+  std::shared_ptr<backend::Backend> b;
+  ConvOptions same;
+  GraphsBackend() {
+    o.memory = memory.on(Device::cuda(0));
+    o.cuda_graphs = true;
+    b = backend::make_backend(Device::cuda(0), 1, o);
+    same.pad = 1;
+  }
+};
+
+// A training forward of pass `pass` on a new batch of n 3x8x8 images in new device memory
+// (with graphs the plan copies it in), its values scaled by `scale` and its labels shifted
+// by `shift` each pass.
+void forward_new_batch(backend::Plan& plan, Graph& g, const GraphsBackend& gb, int64_t n, int pass, float scale,
+                       int shift) {
+  std::vector<float> x = ramp(n * 3 * 8 * 8, scale * static_cast<float>(pass + 1));
+  std::vector<int32_t> labels;
+  for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((shift * i + pass) % 5));
+  plan.forward(clone_to(test::batch_view(x, g, n, Layout::kNHWC), *gb.o.memory),
+               clone_to(test::labels_view(labels, n), *gb.o.memory), static_cast<uint64_t>(pass), g.stream());
+}
+
 // With graphs the gradient-ready notifications are recorded inside the captured
 // backward (one graph for it here) and handed out after its launch: each gradient is
 // reported once a pass, and another stream that waits for its event copies the
@@ -369,33 +396,22 @@ TEST(CudaBackend, DescribesTheGpuAndItsMathPolicy) {
 TEST(CudaBackend, WithGraphsEachGradientIsReadyOncePerPassAfterItsLastWrite) {
   const CudaProbe probe = probe_cuda();
   if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
-  Memory memory;
-  backend::BackendOptions o;
-  o.memory = memory.on(Device::cuda(0));
-  o.cuda_graphs = true;
-  auto b = backend::make_backend(Device::cuda(0), 1, o);
-  ConvOptions same;
-  same.pad = 1;
+  GraphsBackend gb;
   Graph g({3, 8, 8});
-  const int c = g.conv(g.input(), "a", 8, same);
+  const int c = g.conv(g.input(), "a", 8, gb.same);
   const int r = g.relu(g.batch_norm(c, "bn"), "relu");
-  const int f = g.dense(g.flatten(g.conv(r, "b", 4, same), "flat"), "fc", 5);
+  const int f = g.dense(g.flatten(g.conv(r, "b", 4, gb.same), "flat"), "fc", 5);
   g.softmax_xent(f, "loss", 0.f);
-  g.set_backend(b, o.memory);
+  g.set_backend(gb.b, gb.o.memory);
   g.materialize(5);
   const int64_t n = 4;
   auto& plan = g.plan(n, Layout::kNHWC, true, false);
   OwnedStream side(Device::cuda(0));
   std::vector<Tensor> copies;
-  for (const Parameter& p : g.params()) copies.push_back(clone_to(p.grad, *o.memory));
+  for (const Parameter& p : g.params()) copies.push_back(clone_to(p.grad, *gb.o.memory));
   for (int pass = 0; pass < 5; ++pass) {
     SCOPED_TRACE("pass " + std::to_string(pass));
-    std::vector<float> x = ramp(n * 3 * 8 * 8, 0.29f * static_cast<float>(pass + 1));
-    std::vector<int32_t> labels;
-    for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((i + pass) % 5));
-    const Tensor dx = clone_to(test::batch_view(x, g, n, Layout::kNHWC), *o.memory);
-    const Tensor dy = clone_to(test::labels_view(labels, n), *o.memory);
-    plan.forward(dx, dy, static_cast<uint64_t>(pass), g.stream());
+    forward_new_batch(plan, g, gb, n, pass, 0.29f, 1);
     std::vector<int> reported(g.params().size(), 0);
     plan.backward(
         {},
@@ -427,17 +443,11 @@ TEST(CudaBackend, WithGraphsEachGradientIsReadyOncePerPassAfterItsLastWrite) {
 TEST(CudaBackend, WithGraphsAListenerThatEnqueuesWorkGetsEachEventWhereItsLayerEnds) {
   const CudaProbe probe = probe_cuda();
   if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
-  Memory memory;
-  backend::BackendOptions o;
-  o.memory = memory.on(Device::cuda(0));
-  o.cuda_graphs = true;
-  auto b = backend::make_backend(Device::cuda(0), 1, o);
-  ConvOptions same;
-  same.pad = 1;
+  GraphsBackend gb;
   Graph g({3, 8, 8});
-  const int f = g.dense(g.flatten(g.conv(g.input(), "a", 4, same), "flat"), "fc", 5, false);
+  const int f = g.dense(g.flatten(g.conv(g.input(), "a", 4, gb.same), "flat"), "fc", 5, false);
   g.softmax_xent(f, "loss", 0.f);
-  g.set_backend(b, o.memory);
+  g.set_backend(gb.b, gb.o.memory);
   g.materialize(5);
   const int64_t n = 4;
   auto& plan = g.plan(n, Layout::kNHWC, true, false);
@@ -449,14 +459,10 @@ TEST(CudaBackend, WithGraphsAListenerThatEnqueuesWorkGetsEachEventWhereItsLayerE
   }
   ASSERT_TRUE(conv >= 0 && dense >= 0);
   const Tensor& first = g.params()[static_cast<size_t>(conv)].grad;  // the pass's last gradient
-  Tensor early = clone_to(first, *o.memory), before = to_host(first);
+  Tensor early = clone_to(first, *gb.o.memory), before = to_host(first);
   for (int pass = 0; pass < 4; ++pass) {
     SCOPED_TRACE("pass " + std::to_string(pass));
-    std::vector<float> x = ramp(n * 3 * 8 * 8, 0.37f * static_cast<float>(pass + 1));
-    std::vector<int32_t> labels;
-    for (int64_t i = 0; i < n; ++i) labels.push_back(static_cast<int32_t>((2 * i + pass) % 5));
-    plan.forward(clone_to(test::batch_view(x, g, n, Layout::kNHWC), *o.memory),
-                 clone_to(test::labels_view(labels, n), *o.memory), static_cast<uint64_t>(pass), g.stream());
+    forward_new_batch(plan, g, gb, n, pass, 0.37f, 2);
     plan.backward(
         {},
         [&](int i, const Event&) {

@@ -1192,6 +1192,13 @@ TEST(CudaGraphs, DeviceRunsAreCapturedAfterTheWarmUpAndHostStepsRunEveryPass) {
   EXPECT_THROW(backend::cuda::StepGraphs({D}, 0), Error);  // the warm-up makes what a capture must not
 }
 
+// One pass whose notify steps log "notify i" when their host part runs.
+std::vector<std::string> pass_logging_notify(backend::cuda::StepGraphs& g, FakeGraphs& dev) {
+  dev.log.clear();
+  g.pass([&](size_t i) { dev.run_step(i); }, dev, [&](size_t i) { dev.log.push_back("notify " + std::to_string(i)); });
+  return dev.log;
+}
+
 TEST(CudaGraphs, ANotifyStepIsCapturedAndItsHostPartFollowsTheLaunchEachPass) {
   using backend::cuda::StepKind;
   const StepKind D = StepKind::kDevice, H = StepKind::kHost, N = StepKind::kNotify;
@@ -1202,12 +1209,7 @@ TEST(CudaGraphs, ANotifyStepIsCapturedAndItsHostPartFollowsTheLaunchEachPass) {
   EXPECT_TRUE(g.segments()[0].device);
   EXPECT_EQ(g.segments()[0].end, 4u) << "a notify step does not split a device run";
   FakeGraphs dev;
-  auto pass = [&] {
-    dev.log.clear();
-    g.pass([&](size_t i) { dev.run_step(i); }, dev,
-           [&](size_t i) { dev.log.push_back("notify " + std::to_string(i)); });
-    return dev.log;
-  };
+  auto pass = [&] { return pass_logging_notify(g, dev); };
   EXPECT_EQ(pass(),
             (std::vector<std::string>{"run 0", "run 1", "notify 1", "run 2", "run 3", "notify 3", "run 4", "run 5"}))
       << "eagerly each host part right after its step";
@@ -1248,12 +1250,7 @@ TEST(CudaGraphs, NotifyStepsRunBetweenTheGraphsWhereTheListenerEnqueuesWork) {
   ASSERT_EQ(g.segments().size(), 5u) << "each notify step ends a device run";
   EXPECT_FALSE(g.segments()[1].device);
   FakeGraphs dev;
-  auto pass = [&] {
-    dev.log.clear();
-    g.pass([&](size_t i) { dev.run_step(i); }, dev,
-           [&](size_t i) { dev.log.push_back("notify " + std::to_string(i)); });
-    return dev.log;
-  };
+  auto pass = [&] { return pass_logging_notify(g, dev); };
   EXPECT_EQ(pass(),
             (std::vector<std::string>{"run 0", "run 1", "notify 1", "run 2", "run 3", "notify 3", "run 4", "run 5"}));
   const std::vector<std::string> replayed = {"replay 0", "run 1",    "notify 1", "replay 2",
