@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <set>
 
 #include "core/config.h"
@@ -19,6 +20,8 @@ constexpr std::string_view kStepName = "step";
 constexpr std::string_view kVelocity = "velocity";
 constexpr std::string_view kAdamM = "adam_m";
 constexpr std::string_view kAdamV = "adam_v";
+// The arguments a functor reads from kernels::StepValues instead: NaN, which would show.
+constexpr float kNotRead = std::numeric_limits<float>::quiet_NaN();
 
 struct KindName {
   OptimizerKind kind;
@@ -214,14 +217,18 @@ bool Optimizer::step_captured(std::span<const ParamGrad> params, double lr, cons
     launch_graph(update_graph_, stream);
   else
     enqueue_captured(params, unscale, stream);
-  uint32_t nonfinite = values->nonfinite;
-  if (!stream.is_host()) {
-    Tensor count = Tensor::wrap(&values->nonfinite, {1}, DType::kI32, step_values_.device());
-    nonfinite = static_cast<uint32_t>(*to_host(count, stream).data_as<int32_t>());
-  }
-  if (nonfinite != 0) return false;
+  if (unscale && overflowed(stream)) return false;  // without unscaling the count stays 0: no read
   ++steps_;
   return true;
+}
+
+// The count of non-finite unscaled gradients, once the work before it is done: read
+// directly on the host, copied back (waiting for the stream) from a device.
+bool Optimizer::overflowed(const Stream& stream) const {
+  auto* values = static_cast<kernels::StepValues*>(step_values_.data());
+  if (stream.is_host()) return values->nonfinite != 0;
+  const Tensor count = Tensor::wrap(&values->nonfinite, {1}, DType::kI32, step_values_.device());
+  return *to_host(count, stream).data_as<int32_t>() != 0;
 }
 
 void Optimizer::enqueue_captured(std::span<const ParamGrad> params, bool unscale, const Stream& stream) {
@@ -230,10 +237,10 @@ void Optimizer::enqueue_captured(std::span<const ParamGrad> params, bool unscale
     std::vector<kernels::ReduceItem<kernels::UnscaleCount>> items;
     items.reserve(params.size());
     for (const ParamGrad& p : params)
-      items.push_back({p.grad.numel(), kernels::UnscaleCount{p.grad.data_as<float>(), 1.f, values}});
+      items.push_back({p.grad.numel(), kernels::UnscaleCount{p.grad.data_as<float>(), kNotRead, values}});
     kernels::reduce_list_into<uint32_t>(stream, items, kernels::Plus{}, &values->nonfinite);
   }
-  update(params, 0.0, stream, values);
+  update(params, kNotRead, stream, values);
 }
 
 bool Optimizer::same_as_checked(std::span<const ParamGrad> params) const {
@@ -312,8 +319,8 @@ void Optimizer::update(std::span<const ParamGrad> params, double lr, const Strea
                                   static_cast<float>(o.epsilon),
                                   static_cast<float>(o.weight_decay),
                                   o.kind == OptimizerKind::kAdamW,
-                                  static_cast<float>(1.0 - std::pow(o.beta1, t)),
-                                  static_cast<float>(1.0 - std::pow(o.beta2, t)),
+                                  values ? kNotRead : static_cast<float>(1.0 - std::pow(o.beta1, t)),
+                                  values ? kNotRead : static_cast<float>(1.0 - std::pow(o.beta2, t)),
                                   values};
       std::vector<kernels::ForEachItem<kernels::AdamUpdate, float*, const float*, float*, float*>> items;
       for (size_t k = 0; k < params.size(); ++k)

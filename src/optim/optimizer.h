@@ -66,8 +66,10 @@ class Optimizer {
   // first divided by the loss scale (multiplied by inv_scale) and the update changes
   // nothing when any result is inf or NaN: decided on the device, with no read between
   // the two. Returns whether the step was taken (counted), from one read back after the
-  // update. Not LARS, which reads its norms on the host between the passes. A capture
-  // that fails turns graphs off for this optimizer, which then enqueues each step.
+  // update (none without `unscale`). Not LARS, which reads its norms on the host between
+  // the passes. A capture that fails turns graphs off for this optimizer, which then
+  // enqueues each step; a list unlike the last call's (other names, memory or state, as
+  // after import_state) is captured anew.
   bool step_captured(std::span<const ParamGrad> params, double lr, const Stream& stream, bool unscale = false,
                      double inv_scale = 1.0);
   // Whether step_captured replays a graph (false before its first call, on the host,
@@ -113,6 +115,7 @@ class Optimizer {
   void check_list(std::span<const ParamGrad> params, const Stream& stream);
   // The unscale (with `unscale`) and the update of step_captured, reading step_values_.
   void enqueue_captured(std::span<const ParamGrad> params, bool unscale, const Stream& stream);
+  bool overflowed(const Stream& stream) const;
   // ‖w‖ at 2·k and ‖∇w‖ at 2·k + 1 for each parameter k that `wanted` marks (0 for the
   // others): one list pass, one read-back.
   std::vector<double> norms(std::span<const ParamGrad> params, const std::vector<char>& wanted,

@@ -101,7 +101,14 @@ class CudaApi final : public DeviceApi {
   // fails the capture instead of running.
   std::shared_ptr<void> capture_graph(const Stream& s, const std::function<void()>& enqueue) override {
     use_device(s);
-    check(cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    // A failure leaves no error behind for the next launch's check (the caller may go on
+    // without graphs); the exception carries it.
+    auto failed = [](cudaError_t rc, const char* call) {
+      cudaGetLastError();
+      check(rc, call);
+    };
+    if (const cudaError_t rc = cudaStreamBeginCapture(native(s), cudaStreamCaptureModeThreadLocal); rc != cudaSuccess)
+      failed(rc, "cudaStreamBeginCapture");
     cudaGraph_t graph = nullptr;
     try {
       enqueue();
@@ -111,8 +118,16 @@ class CudaApi final : public DeviceApi {
       cudaGetLastError();  // the step's own error is the one thrown
       throw;
     }
-    check(cudaStreamEndCapture(native(s), &graph), "cudaStreamEndCapture");
-    return instantiate_graph(graph);
+    if (const cudaError_t rc = cudaStreamEndCapture(native(s), &graph); rc != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      failed(rc, "cudaStreamEndCapture");
+    }
+    try {
+      return instantiate_graph(graph);
+    } catch (...) {
+      cudaGetLastError();
+      throw;
+    }
   }
   void launch_graph(const std::shared_ptr<void>& graph, const Stream& s) override {
     check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), native(s)), "cudaGraphLaunch");

@@ -330,28 +330,36 @@ TEST(Optimizer, ACapturedStepIsTheStepWithItsValuesInMemory) {
 // 8: the same values as unscaled gradients), and a non-finite one makes the update
 // change nothing and count nothing; the next step goes on as if it had not happened.
 TEST(Optimizer, ACapturedStepUnscalesAndSkipsAnOverflowWithoutAHostReadBetween) {
-  for (OptimizerKind kind : {OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
-    SCOPED_TRACE(optimizer_kind_name(kind));
-    Optimizer plain(opts(kind)), scaled(opts(kind));
-    Tensor w = make({1.0f, -2.0f}), sw = make({1.0f, -2.0f});
-    Tensor g = make({0.5f, 0.25f}), sg = make({4.0f, 2.0f});
-    ParamGrad p{"w", w, g}, sp{"w", sw, sg};
-    plain.step({&p, 1}, 0.1);
-    EXPECT_TRUE(scaled.step_captured({&sp, 1}, 0.1, Stream(), true, 0.125));
-    EXPECT_EQ(values(sg), values(g)) << "unscaled in place";
-    EXPECT_EQ(values(sw), values(w));
-    sg.data_as<float>()[0] = std::numeric_limits<float>::infinity();
-    sg.data_as<float>()[1] = 8.0f;
-    EXPECT_FALSE(scaled.step_captured({&sp, 1}, 0.1, Stream(), true, 0.125));
-    EXPECT_EQ(values(sw), values(w)) << "an overflow changes nothing";
-    EXPECT_EQ(scaled.steps(), 1);
-    std::memcpy(sg.data(), std::vector<float>{-8.0f, 16.0f}.data(), 2 * sizeof(float));
-    std::memcpy(g.data(), std::vector<float>{-1.0f, 2.0f}.data(), 2 * sizeof(float));
-    plain.step({&p, 1}, 0.2);
-    EXPECT_TRUE(scaled.step_captured({&sp, 1}, 0.2, Stream(), true, 0.125));
-    EXPECT_EQ(values(sw), values(w));
-    EXPECT_EQ(scaled.steps(), 2);
-  }
+  const Device test{Device::Kind::kTest, 0};
+  Memory memory;
+  auto cache = memory.on(test);
+  OwnedStream test_stream(test);
+  for (bool on_device : {false, true})
+    for (OptimizerKind kind : {OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
+      SCOPED_TRACE(std::string(optimizer_kind_name(kind)) + (on_device ? " on the test device" : " on the host"));
+      const Stream stream = on_device ? test_stream.get() : Stream();
+      auto place = [&](std::vector<float> v) { return on_device ? clone_to(make(v), *cache) : make(v); };
+      auto set = [&](Tensor& t, std::vector<float> v) { copy(t, make(v), stream); };
+      auto read = [&](const Tensor& t) { return values(to_host(t, stream)); };
+      Optimizer plain(opts(kind)), scaled(opts(kind));
+      Tensor w = make({1.0f, -2.0f}), g = make({0.5f, 0.25f});
+      Tensor sw = place({1.0f, -2.0f}), sg = place({4.0f, 2.0f});
+      ParamGrad p{"w", w, g}, sp{"w", sw, sg};
+      plain.step({&p, 1}, 0.1);
+      EXPECT_TRUE(scaled.step_captured({&sp, 1}, 0.1, stream, true, 0.125));
+      EXPECT_EQ(read(sg), values(g)) << "unscaled in place";
+      EXPECT_EQ(read(sw), values(w));
+      set(sg, {std::numeric_limits<float>::infinity(), 8.0f});
+      EXPECT_FALSE(scaled.step_captured({&sp, 1}, 0.1, stream, true, 0.125));
+      EXPECT_EQ(read(sw), values(w)) << "an overflow changes nothing";
+      EXPECT_EQ(scaled.steps(), 1);
+      set(sg, {-8.0f, 16.0f});
+      std::memcpy(g.data(), std::vector<float>{-1.0f, 2.0f}.data(), 2 * sizeof(float));
+      plain.step({&p, 1}, 0.2);
+      EXPECT_TRUE(scaled.step_captured({&sp, 1}, 0.2, stream, true, 0.125));
+      EXPECT_EQ(read(sw), values(w)) << "Adam's second step: its bias corrections from the step count";
+      EXPECT_EQ(scaled.steps(), 2);
+    }
   Optimizer lars(opts(OptimizerKind::kLars));
   Tensor w = make({1.0f}), g = make({1.0f});
   ParamGrad p{"w", w, g};
