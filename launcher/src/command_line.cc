@@ -430,8 +430,9 @@ Launcher options:
                         (cohort-train rescales its learning rate and epoch length)
   --link-timeout S      a job whose host stops answering (a link down, the host gone)
                         ends within S seconds (default 30, at least 10): mpirun gets TCP
-                        keepalive settings that notice it in about 2/3 of S, and is
-                        stopped if it has not ended by S; 0 leaves Open MPI's own (minutes)
+                        keepalive settings that notice it in about 2/3 of S, each rank's
+                        monitor sends cohortrun a heartbeat (on a TCP port of this host),
+                        and cohortrun stops the job by S; 0 leaves Open MPI's own (minutes)
   --sweep-out PREFIX    sweep: write PREFIX.csv and PREFIX.json (default: cohort-sweep)
   --over KEY=V1,V2,…    sweep: also run with each value of the library setting KEY
                         (repeatable: the cross product of every -np and --over value)

@@ -13,6 +13,9 @@ struct RankFailure {
   int signal = 0;       // when a signal killed it
   int abort_code = -1;  // when it called MPI_Abort
   int daemon = -1;      // when mpirun lost a host: Open MPI's number of its daemon (rank is -1)
+  int lost_rank = -1;   // when cohortrun's watch lost a host: a rank that ran there (rank is -1,
+                        // and the reason already names the host's ranks)
+  std::string address;  // and the address a connection from there came from
   std::string node;     // "" when mpirun did not say
   std::string reason;   // one line for the user: "rank 1 exited with status 3"
 };

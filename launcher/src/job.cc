@@ -15,8 +15,11 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <string_view>
+
+extern char** environ;
 
 namespace cohortrun {
 namespace {
@@ -82,6 +85,16 @@ class Job {
       result.exit_status = 128 + WTERMSIG(status_);
     if (result.exit_status != 0 && !interrupted_by_) result.failure = find_rank_failure(stderr_text_);
     if (stopped_lost_host_) result.stopped_lost_host_s = options_.lost_host_end_s;
+    if (watch_lost_ && !interrupted_by_) {
+      result.exit_status = kLostHostStatus;
+      RankFailure f;
+      f.node = watch_lost_->host;
+      f.address = watch_lost_->address;
+      f.lost_rank = watch_lost_->ranks.front();
+      f.reason = "cohortrun lost its connection to host " + f.node + " (a link down or the host gone), where " +
+                 ranks_text(watch_lost_->ranks) + " ran";
+      result.failure = f;
+    }
     return result;
   }
 
@@ -102,6 +115,10 @@ class Job {
     std::vector<char*> args;
     for (const std::string& a : argv_) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    const std::vector<std::string> environment = start_watch();
+    std::vector<char*> envp;
+    for (const std::string& e : environment) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
     const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
@@ -114,7 +131,7 @@ class Job {
       if (out[1] >= 0) dup2(out[1], STDOUT_FILENO);
       for (int s : kForwarded) signal(s, SIG_DFL);
       sigprocmask(SIG_SETMASK, &old_mask_, nullptr);
-      execv(args[0], args.data());
+      execve(args[0], args.data(), envp.data());
       const std::string message =
           std::string("cohortrun: cannot execute ") + args[0] + ": " + std::strerror(errno) + "\n";
       write_all(STDERR_FILENO, message.data(), message.size());
@@ -129,10 +146,45 @@ class Job {
     }
   }
 
+  // mpirun's environment: this process's, with the watch's settings when there is a watch.
+  std::vector<std::string> start_watch() {
+    const std::string prefix = std::string(kLinkWatchVariable) + "=";
+    std::vector<std::string> environment;
+    for (char** e = environ; e && *e; ++e)
+      if (std::string_view(*e).substr(0, prefix.size()) != prefix) environment.emplace_back(*e);
+    if (!options_.link_watch) return environment;
+    const LinkWatch& w = *options_.link_watch;
+    try {
+      watch_ = std::make_unique<WatchServer>(w.interval_s * 1000, w.silence_s() * 1000, w.timeout_s * 1000);
+      environment.push_back(prefix + watch_->settings_text());
+    } catch (const std::runtime_error& e) {
+      std::fprintf(stderr,
+                   "cohortrun: cannot watch the links to the hosts itself (%s): a lost host is left to mpirun\n",
+                   e.what());
+      environment.push_back(prefix);  // set, so that mpirun's -x finds it; empty: no watch
+    }
+    return environment;
+  }
+
+  // Hears the ranks' heartbeats; a host silent for too long (before mpirun said anything)
+  // gets the job SIGTERM now and SIGKILL at kill_at.
+  void watch_links(Clock::time_point& kill_at) {
+    if (!watch_) return;
+    const Clock::time_point now = Clock::now();
+    watch_->service(now);
+    if (exited_ || interrupted_by_ || watch_lost_ || lost_host_end_at_ != Clock::time_point::max()) return;
+    watch_lost_ = watch_->lost(now);
+    if (!watch_lost_) return;
+    const LinkWatch& w = *options_.link_watch;
+    kill(pid_, SIGTERM);
+    kill_at = std::min(kill_at, now + std::chrono::seconds(w.timeout_s - w.silence_s()));
+  }
+
   void loop() {
     // Deadlines; time_point::max() = none.
     Clock::time_point kill_at = Clock::time_point::max(), give_up_at = Clock::time_point::max();
     while (true) {
+      watch_links(kill_at);
       if (exited_) {
         // Anything still around was started by the job and lost its mpirun.
         for (pid_t orphan : own_children()) kill(orphan, SIGKILL);
@@ -151,14 +203,17 @@ class Job {
         kill(pid_, SIGKILL);
         lost_host_end_at_ = Clock::time_point::max();
       }
-      pollfd fds[3] = {{signal_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}, {out_fd_, POLLIN, 0}};
+      pollfd fds[4] = {
+          {signal_fd_, POLLIN, 0}, {err_fd_, POLLIN, 0}, {out_fd_, POLLIN, 0}, {watch_ ? watch_->fd() : -1, POLLIN, 0}};
       int timeout = -1;
       if (exited_) timeout = 50;
-      const Clock::time_point next = std::min(kill_at, lost_host_end_at_);
+      Clock::time_point next = std::min(kill_at, lost_host_end_at_);
+      if (watch_ && !watch_lost_ && !interrupted_by_ && lost_host_end_at_ == Clock::time_point::max())
+        next = std::min(next, watch_->next_deadline());
       if (!exited_ && next != Clock::time_point::max())
         timeout = static_cast<int>(
             std::max<long>(1, std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count()));
-      if (poll(fds, 3, timeout) < 0 && errno != EINTR) break;
+      if (poll(fds, 4, timeout) < 0 && errno != EINTR) break;
       if (fds[0].revents & POLLIN) signals(kill_at);
       if (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) relay(err_fd_, STDERR_FILENO, true);
       if (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) relay(out_fd_, STDOUT_FILENO, false);
@@ -243,6 +298,8 @@ class Job {
   int interrupted_by_ = 0;
   Clock::time_point lost_host_end_at_ = Clock::time_point::max();  // set once mpirun reports a lost host
   bool stopped_lost_host_ = false;
+  std::unique_ptr<WatchServer> watch_;  // cohortrun's own watch over the links, when asked for
+  std::optional<LostHost> watch_lost_;  // the host the watch stopped hearing from
   std::string stderr_text_, out_line_;
 };
 

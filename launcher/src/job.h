@@ -1,7 +1,8 @@
 // Runs one mpirun command: forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to it, relays its
-// output while it runs, stops it when it reported a lost host but does not end, and
-// makes sure that nothing it started outlives it (cohortrun is a child subreaper, and
-// kills whatever is left when mpirun is gone).
+// output while it runs, stops it when it reported a lost host but does not end, or when
+// cohortrun's own watch (link_watch.h) stops hearing from a host, and makes sure that
+// nothing it started outlives it (cohortrun is a child subreaper, and kills whatever is
+// left when mpirun is gone).
 #pragma once
 
 #include <functional>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "failure.h"
+#include "link_watch.h"
 
 namespace cohortrun {
 
@@ -22,6 +24,11 @@ struct JobOptions {
   // to end the job before cohortrun kills it (0: no limit). Tearing a job down can wait
   // on the host that is gone.
   double lost_host_end_s = 0;
+  // cohortrun's own watch over the links to the ranks' hosts: the ranks' monitors learn
+  // where it listens from kLinkWatchVariable in mpirun's environment (mpirun's command
+  // passes it on with -x). A host silent for silence_s() ends the job: mpirun gets
+  // SIGTERM, and SIGKILL once the timeout has passed since the host was last heard.
+  std::optional<LinkWatch> link_watch;
 };
 
 // mpirun's exit status for a job that lost a host (Open MPI's ORTE_ERR_COMM_FAILURE, -51);

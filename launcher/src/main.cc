@@ -62,7 +62,7 @@ int locate_failure(JobResult& result, const Plan& plan, const Attempt& current) 
   if (!result.failure) return -1;
   RankFailure& f = *result.failure;
   const int failed = failed_host(current.hosts, current.np, plan.ranks_fill_slots, f, is_this_machine);
-  if (f.rank < 0 && plan.ranks_fill_slots)
+  if (f.rank < 0 && f.lost_rank < 0 && plan.ranks_fill_slots)
     if (const std::string ranks = ranks_on_host(current.hosts, current.np, failed); !ranks.empty())
       f.reason += ", where " + ranks + " ran";
   return failed;
@@ -105,7 +105,7 @@ int run(const Request& request) {
     }
     if (!plan.output_dir.empty()) make_directories(plan.output_dir);
     std::fflush(stdout);
-    JobResult result = run_job(plan.argv, job_options(request));
+    JobResult result = run_job(plan.argv, job_options(request, plan));
     const int failed = locate_failure(result, plan, attempt);
     report_job(result, attempt.np);
     if (!plan.output_dir.empty())

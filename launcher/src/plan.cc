@@ -140,18 +140,10 @@ void check_mpi_args(const std::vector<std::string>& words, const Request& reques
 
 }  // namespace
 
-LinkWatch link_watch(int timeout_s) {
-  LinkWatch w;
-  w.timeout_s = timeout_s;
-  w.idle_s = timeout_s / 3;
-  w.interval_s = std::max(1, timeout_s / 10);
-  w.probes = 3;
-  return w;
-}
-
-JobOptions job_options(const Request& request) {
+JobOptions job_options(const Request& request, const Plan& plan) {
   JobOptions options;
   if (request.link_timeout_s > 0) options.lost_host_end_s = link_watch(request.link_timeout_s).end_s();
+  if (plan.link_watch) options.link_watch = link_watch(request.link_timeout_s);
   return options;
 }
 
@@ -318,13 +310,20 @@ Plan build_plan(const Request& request, int np, const Context& context) {
       throw UsageError("--output-dir " + request.output_dir + ": exists and is not a directory");
   }
 
+  const bool monitor = request.rank_monitor && !context.monitor.empty();
+  plan.monitored = !request.rank_monitor || monitor;
+  // Not in a --dry-run line: pasted into a shell, it runs with no cohortrun to listen.
+  plan.link_watch = request.link_timeout_s > 0 && monitor && !hosts.empty() && !request.dry_run;
+  std::vector<std::string> exports = export_options(request, context);
+  // By name: the value, set in mpirun's environment as the job starts, holds the watch's token.
+  if (plan.link_watch) exports.insert(exports.end(), {"-x", kLinkWatchVariable});
+
   std::vector<std::string>& a = plan.argv;
   a = {mpirun, "-np", std::to_string(np)};
-  for (auto part : {mpirun_options(request, plan, context, overridden), export_options(request, context), user})
+  for (const auto& part : {mpirun_options(request, plan, context, overridden), exports, user})
     a.insert(a.end(), part.begin(), part.end());
   plan.ranks_fill_slots = !plan.oversubscribed && !overridden.count("map-by");
-  plan.monitored = !request.rank_monitor || !context.monitor.empty();
-  if (request.rank_monitor && !context.monitor.empty()) a.insert(a.end(), {context.monitor, "--"});
+  if (monitor) a.insert(a.end(), {context.monitor, "--"});
   a.insert(a.end(), request.program.begin(), request.program.end());
   return plan;
 }

@@ -9,6 +9,7 @@
 
 #include "command_line.h"
 #include "job.h"
+#include "link_watch.h"
 
 namespace cohortrun {
 
@@ -37,24 +38,14 @@ struct Plan {
   bool monitored = true;          // each rank runs under cohortrun-monitor (or it was not asked for)
   bool ranks_fill_slots = true;   // ranks fill each host's slots in list order (-map-by slot, not oversubscribed)
   int cores_per_rank = 0;         // each rank bound to this many cores of its own (0: not bound)
+  // cohortrun watches the links to the hosts itself (link_watch.h): --link-timeout on
+  // hosts given by -H or --hostfile, each rank under cohortrun-monitor, not --dry-run.
+  bool link_watch = false;
 };
-
-// How a job notices a host that stops answering, for --link-timeout S > 0. mpirun's
-// connections to its daemons get TCP keepalive: probes after `idle_s` quiet seconds,
-// `probes` of them `interval_s` apart, so that mpirun reports the host lost at most
-// detect_s() (about 2/3 of S) after its link went; mpirun then has end_s() (the rest
-// of S) to end the job before cohortrun stops it.
-struct LinkWatch {
-  int idle_s = 0, interval_s = 0, probes = 0;
-  int timeout_s = 0;
-  int detect_s() const { return idle_s + interval_s * probes; }
-  int end_s() const { return timeout_s - detect_s(); }
-};
-LinkWatch link_watch(int timeout_s);
 
 // How each job of the request runs: with --link-timeout, mpirun's end_s() after it
-// reports a lost host.
-JobOptions job_options(const Request& request);
+// reports a lost host, and cohortrun's own watch where the plan has one.
+JobOptions job_options(const Request& request, const Plan& plan);
 
 // Throws UsageError for a program that is not found or not executable, a missing
 // mpirun, a malformed host list or hostfile, an invalid COHORT_* variable in the

@@ -58,12 +58,14 @@ bool is_this_machine(const std::string& host) {
 int failed_host(const std::vector<Host>& hosts, int np, bool by_slot, const RankFailure& failure,
                 const std::function<bool(const std::string&)>& is_local) {
   if (hosts.empty()) return -1;
-  if (!failure.node.empty())
-    if (const int i = by_name(hosts, failure.node); i >= 0) return i;
-  if (failure.rank >= 0 && by_slot && np <= total_slots(hosts)) {
+  for (const std::string& name : {failure.node, failure.address})
+    if (!name.empty())
+      if (const int i = by_name(hosts, name); i >= 0) return i;
+  const int rank = failure.rank >= 0 ? failure.rank : failure.lost_rank;
+  if (rank >= 0 && by_slot && np <= total_slots(hosts)) {
     int first = 0;
     for (size_t i = 0; i < hosts.size(); ++i) {
-      if (failure.rank < first + hosts[i].slots) return static_cast<int>(i);
+      if (rank < first + hosts[i].slots) return static_cast<int>(i);
       first += hosts[i].slots;
     }
   }

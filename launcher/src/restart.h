@@ -23,11 +23,12 @@ struct Attempt {
 Attempt first_attempt(const Request& request);
 
 // The index in `hosts` of the host a failure points at, or -1 when it cannot be told.
-// A host is found by the name mpirun or the rank monitor reported; else, for a failed
-// rank, by its rank when ranks fill each host's slots in order (`by_slot`: -map-by slot
-// and np within the slots); else, for a lost daemon, as the daemon's position among the
-// hosts that are not this machine (`is_local`), in host-list order, which is the order
-// in which mpirun numbers its remote daemons.
+// A host is found by the name mpirun, the rank monitor or cohortrun's watch reported
+// (or the address the watch heard it from);
+// else, for a failed rank or a host the watch lost, by the rank when ranks fill each
+// host's slots in order (`by_slot`: -map-by slot and np within the slots); else, for a lost daemon, as the daemon's
+// position among the hosts that are not this machine (`is_local`), in host-list order, which is the order in which
+// mpirun numbers its remote daemons.
 int failed_host(const std::vector<Host>& hosts, int np, bool by_slot, const RankFailure& failure,
                 const std::function<bool(const std::string&)>& is_local);
 

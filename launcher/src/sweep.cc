@@ -207,7 +207,7 @@ int run_sweep(const Request& request) {
     std::fprintf(stderr, "cohortrun sweep: %d rank%s%s: %s\n", row.ranks, row.ranks == 1 ? "" : "s", point.c_str(),
                  shell_join(plans[i].argv).c_str());
     std::string summary;
-    JobOptions options = job_options(request);
+    JobOptions options = job_options(request, plans[i]);
     options.on_stdout_line = [&summary](const std::string& line) {
       if (is_summary_line(line)) summary = strip_output_tag(line);
     };

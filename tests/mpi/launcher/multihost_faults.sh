@@ -1,9 +1,10 @@
 #!/bin/bash
 # Faults across two real hosts (network namespaces, see netns_hosts.sh) during a real
-# training job: a remote rank killed, and the remote host's link taken down for good.
-# Each ends the job within cohortrun's --link-timeout (nothing else sets Open MPI's
-# keepalive), cohortrun names the rank or host, and nothing is left running in any
-# namespace. With --max-restarts --exclude-failed-hosts --min-np 1 the training then
+# training job: a remote rank killed, and the remote host's link taken down for good
+# (also with mpirun's keepalive out of the way, so that cohortrun's own watch must end
+# the job). Each ends the job within cohortrun's --link-timeout (nothing else sets Open
+# MPI's keepalive), cohortrun names the rank or host, and nothing is left running in
+# any namespace. With --max-restarts --exclude-failed-hosts --min-np 1 the training then
 # resumes from its checkpoint on the remaining host and finishes.
 # usage: multihost_faults.sh COHORTRUN COHORT_TRAIN
 set -u
@@ -38,11 +39,18 @@ trainer_in() {
   return 1
 }
 
-# Every namespace is empty once the job has ended.
+# Every namespace is empty soon after the job has ended: at once on h1 (cohortrun kills
+# what is left there), within 20 s on h2 (its ranks stop when they lose cohortrun, Open
+# MPI's daemon when it loses mpirun or hears that mpirun is gone).
 check_nothing_left() {
   local name=$1 ns left
+  sleep 0.5
   for ns in $H1 $H2; do
-    left=$(ip netns pids "$ns")
+    for _ in $(seq 40); do
+      left=$(ip netns pids "$ns")
+      [ -z "$left" ] || [ "$ns" = "$H1" ] || { sleep 0.5; continue; }
+      break
+    done
     if [ -n "$left" ]; then
       echo "FAIL $name: still running in $ns:"; ps -o pid,comm,args -p "$(echo $left | tr ' ' ,)"; fail=1
     fi
@@ -50,7 +58,8 @@ check_nothing_left() {
 }
 
 # fault NAME HOW [COHORTRUN OPTIONS…]: starts training on both hosts, injects the fault
-# (kill: SIGKILL the rank on h2; link: take h2's link down) once a checkpoint exists,
+# (kill: SIGKILL the rank on h2; link: take h2's link down; link-held: the same, and
+# keep it down until the rank on h2 has stopped by itself) once a checkpoint exists,
 # waits for cohortrun and leaves its status in $status and the seconds from the fault
 # to its end in $took.
 fault() {
@@ -70,20 +79,30 @@ fault() {
   wait $job
   status=$?
   took=$((SECONDS - start))
+  if [ "$how" = link-held ]; then
+    # Nothing on h2 hears from h1: the rank's monitor stops it once cohortrun is out of reach.
+    for _ in $(seq 40); do trainer_in $H2 > /dev/null || break; sleep 0.5; done
+    if trainer_in $H2 > /dev/null; then echo "FAIL $name: the rank on h2 still runs 20 s after the job ended"; fail=1; fi
+  fi
   ip -n $H2 link set eth0 up
   echo "--- $name: the job ended $took s after the fault"
   if [ $took -gt $BOUND ] && [ "$status" != 0 ]; then echo "FAIL $name: took $took s (more than $BOUND)"; fail=1; fi
-  sleep 0.5
   check_nothing_left "$name"
 }
 
-# Without restarts the job fails, naming the rank and host.
+# Without restarts the job fails, naming the rank and host. A lost host is found by
+# mpirun (its keepalive) or by cohortrun's own watch, whichever comes first.
+LOST="(mpirun|cohortrun) lost its connection to host (h2|10\.77\.0\.2) \(a link down or the host gone\), where rank 1 ran"
 ITERS=1000000
 fault remote-rank-killed kill
 check remote-rank-killed 137 $status "cohortrun: job failed \(exit status 137\): rank 1 \(on h2\) was killed by SIGKILL"
 fault link-down link
-check link-down-for-good 205 $status \
-  "cohortrun: job failed \(exit status 205\): mpirun lost its connection to host (h2|10\.77\.0\.2) \(a link down or the host gone\), where rank 1 ran"
+check link-down-for-good 205 $status "cohortrun: job failed \(exit status 205\): $LOST"
+# With mpirun's keepalive set far beyond the link timeout (as when mpirun has a message
+# in flight, which keepalive never covers), cohortrun's watch alone ends the job in time.
+fault link-down-watch link-held --mpi-args "-mca oob_tcp_keepalive_time 600"
+check link-down-watch 205 $status \
+  "cohortrun: job failed \(exit status 205\): cohortrun lost its connection to host h2 \(a link down or the host gone\), where rank 1 ran"
 
 # With restarts the training finishes on h1, from the checkpoint the two hosts saved.
 # The fault comes right after the first checkpoint (step 10); ITERS keeps the end of
@@ -96,6 +115,6 @@ check remote-rank-killed-restart 0 $status \
   "^Resumed from step [1-9]" "^Saved by 2 ranks, resumed on 1" "^total images/sec" "succeeded after 1 restart"
 fault link-down-restart link --max-restarts=1 --exclude-failed-hosts --min-np=1
 check link-down-restart 0 $status \
-  "cohortrun: restart 1 of 1 after mpirun lost its connection to host (h2|10\.77\.0\.2) \(a link down or the host gone\), where rank 1 ran; leaving out host 10\.77\.0\.2: 1 rank on 10\.77\.0\.1:1" \
+  "cohortrun: restart 1 of 1 after $LOST; leaving out host 10\.77\.0\.2: 1 rank on 10\.77\.0\.1:1" \
   "^Resumed from step [1-9]" "^Saved by 2 ranks, resumed on 1" "^total images/sec" "succeeded after 1 restart"
 exit $fail

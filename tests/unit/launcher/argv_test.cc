@@ -1,6 +1,7 @@
 // The exact mpirun argument vectors cohortrun builds, for every option combination.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -45,6 +46,7 @@ const Argv kFlags = join({{"-bind-to", "none", "-map-by", "slot", "-mca", "pml",
                            "-mca", "orte_base_help_aggregate", "0"},
                           kKeepalive});
 const Argv kDefaultExports = {"-x", "PATH", "-x", "OMP_WAIT_POLICY=PASSIVE", "-x", "COHORT_PROGRESS=plain"};
+const Argv kWatchExport = {"-x", "COHORTRUN_LINK_WATCH"};
 
 TEST(LauncherArgv, PlainRunHasRecommendedFlagsAndExports) {
   EXPECT_EQ(plan({"-np", "2", "--", "/bin/echo", "hi"}),
@@ -300,11 +302,15 @@ TEST(LauncherArgv, LinkTimeoutSetsOpenMpisKeepaliveUnlessOverriddenOrZero) {
     const LinkWatch w = link_watch(timeout);
     EXPECT_LE(w.detect_s(), timeout * 2 / 3) << timeout;
     EXPECT_GE(w.end_s(), timeout / 3) << timeout;
-    EXPECT_EQ(
-        job_options(parse_command_line({"-np", "2", "--link-timeout", std::to_string(timeout), "x"})).lost_host_end_s,
-        w.end_s());
+    EXPECT_EQ(job_options(parse_command_line({"-np", "2", "--link-timeout", std::to_string(timeout), "x"}), Plan{})
+                  .lost_host_end_s,
+              w.end_s());
+    // cohortrun's own watch calls a host lost an interval after mpirun would have, and
+    // leaves at least one interval for the job to end.
+    EXPECT_EQ(w.silence_s(), w.detect_s() + w.interval_s) << timeout;
+    EXPECT_GE(w.timeout_s - w.silence_s(), w.interval_s) << timeout;
   }
-  EXPECT_EQ(job_options(parse_command_line({"-np", "2", "x"})).lost_host_end_s, link_watch(30).end_s());
+  EXPECT_EQ(job_options(parse_command_line({"-np", "2", "x"}), Plan{}).lost_host_end_s, link_watch(30).end_s());
   // An -mca of --mpi-args wins; 0 leaves Open MPI's own settings, and no limit on ending.
   EXPECT_EQ(plan({"-np", "2", "--mpi-args", "-mca oob_tcp_keepalive_time 99", "/bin/true"}),
             join({{"/usr/bin/mpirun", "-np", "2"},
@@ -320,7 +326,40 @@ TEST(LauncherArgv, LinkTimeoutSetsOpenMpisKeepaliveUnlessOverriddenOrZero) {
                    "orte_base_help_aggregate", "0"},
                   kDefaultExports,
                   {"/bin/true"}}));
-  EXPECT_EQ(job_options(off).lost_host_end_s, 0);
+  EXPECT_EQ(job_options(off, Plan{}).lost_host_end_s, 0);
+}
+
+TEST(LauncherArgv, RanksOnHostsGivenWatchTheirLinkToCohortrunThroughTheMonitor) {
+  Context c = plain_context();
+  c.monitor = "/opt/cohort/bin/cohortrun-monitor";
+  const Argv hosts = {"-np", "2", "-H", "a:1,b:1"};
+  const auto watched = [&](Argv args, const Context& context) {
+    args.insert(args.begin(), hosts.begin(), hosts.end());
+    args.push_back("/bin/true");
+    const Request request = parse_command_line(args);
+    const Plan p = build_plan(request, 2, context);
+    const JobOptions options = job_options(request, p);
+    EXPECT_EQ(p.link_watch, options.link_watch.has_value());
+    // By name only: the value (with its token) is never on a command line.
+    const bool exported =
+        std::search(p.argv.begin(), p.argv.end(), kWatchExport.begin(), kWatchExport.end()) != p.argv.end();
+    EXPECT_EQ(p.link_watch, exported);
+    return p.link_watch;
+  };
+  EXPECT_TRUE(watched({}, c));
+  const Request r20 = parse_command_line(join({hosts, {"--link-timeout=20", "/bin/true"}}));
+  EXPECT_EQ(job_options(r20, build_plan(r20, 2, c)).link_watch->timeout_s, 20);
+  EXPECT_FALSE(watched({"--link-timeout=0"}, c)) << "Open MPI's own settings, nothing of cohortrun's";
+  EXPECT_FALSE(watched({"--no-rank-monitor"}, c)) << "no monitor to beat";
+  EXPECT_FALSE(watched({"--dry-run"}, c)) << "a line to paste, with no cohortrun to listen";
+  EXPECT_FALSE(watched({}, plain_context())) << "no cohortrun-monitor installed";
+  EXPECT_FALSE(build_plan(parse_command_line({"-np", "2", "/bin/true"}), 2, c).link_watch) << "one host";
+  EXPECT_EQ(build_plan(parse_command_line(join({hosts, {"/bin/true"}})), 2, c).argv,
+            join({{"/usr/bin/mpirun", "-np", "2", "-H", "a:1,b:1"},
+                  kFlags,
+                  kDefaultExports,
+                  kWatchExport,
+                  {"/opt/cohort/bin/cohortrun-monitor", "--", "/bin/true"}}));
 }
 
 TEST(LauncherArgv, DryRunLineIsShellQuoted) {

@@ -79,6 +79,18 @@ TEST(LauncherRestart, TheFailedHostIsFoundByNameRankOrDaemon) {
   EXPECT_EQ(failed_host(hosts, 6, true, lost, first_is_local), 2);
   EXPECT_EQ(failed_host(hosts, 6, true, lost, never_local), 1) << "mpirun on none of the hosts";
   EXPECT_EQ(failed_host({}, 6, true, lost, never_local), -1);
+
+  // cohortrun's watch names the host as its ranks' monitors did, and a rank that ran there.
+  RankFailure watched;
+  watched.node = "h2";
+  watched.lost_rank = 5;
+  EXPECT_EQ(failed_host(hosts, 6, true, watched, never_local), 2);
+  watched.node = "node3";
+  watched.lost_rank = 0;
+  EXPECT_EQ(failed_host(hosts, 6, true, watched, never_local), 2) << "the name wins";
+  watched.node = "h2";
+  watched.address = "10.0.0.2";
+  EXPECT_EQ(failed_host(hosts, 6, false, watched, never_local), 1) << "then the address";
 }
 
 TEST(LauncherRestart, RanksOnAHost) {
