@@ -179,6 +179,14 @@ std::vector<const void*> Optimizer::graph_memory(std::span<const ParamGrad> para
   return m;
 }
 
+bool Optimizer::captured_with(std::span<const ParamGrad> params) const {
+  if (graph_memory_.size() != 2 * params.size() + 1 || graph_memory_.back() != step_values_.data()) return false;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (graph_memory_[2 * i] != params[i].param.data() || graph_memory_[2 * i + 1] != params[i].grad.data())
+      return false;
+  return true;
+}
+
 bool Optimizer::step_captured(std::span<const ParamGrad> params, double lr, const Stream& stream, bool unscale,
                               double inv_scale) {
   require(options_.kind != OptimizerKind::kLars,
@@ -202,7 +210,7 @@ bool Optimizer::step_captured(std::span<const ParamGrad> params, double lr, cons
   const kernels::StepValues v{static_cast<float>(lr), static_cast<float>(1.0 - std::pow(options_.beta1, t)),
                               static_cast<float>(1.0 - std::pow(options_.beta2, t)), static_cast<float>(inv_scale), 0u};
   kernels::for_each(stream, 1, kernels::SetStepValues{v}, values);
-  if (update_graph_ && (graph_unscale_ != unscale || graph_memory(params) != graph_memory_)) forget_graph();
+  if (update_graph_ && (graph_unscale_ != unscale || !captured_with(params))) forget_graph();
   if (!update_graph_ && !graphs_off_ && !stream.is_host()) {
     try {
       update_graph_ = capture_graph(stream, [&] { enqueue_captured(params, unscale, stream); });

@@ -127,8 +127,10 @@ class Optimizer {
     Device device;
     float* state[2];  // state_suffixes()' tensors, in that order
   };
-  // The parameters' and gradients' memory the update graph was captured with.
+  // The parameters' and gradients' memory the update graph was captured with, and
+  // whether a list's is that (compared in place: no allocation each step).
   std::vector<const void*> graph_memory(std::span<const ParamGrad> params) const;
+  bool captured_with(std::span<const ParamGrad> params) const;
 
   OptimizerOptions options_;
   int64_t steps_ = 0;
