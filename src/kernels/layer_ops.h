@@ -274,47 +274,59 @@ struct GradToOihw {
   }
 };
 
-// One row (sample) of the softmax cross-entropy: its loss into row_loss[i] and, when
-// grad is set, grad_scale × (softmax − target) into its gradient row. A label outside
-// [0, k) sets *bad_label and leaves the row's loss and gradient at 0.
-struct SoftmaxXentRows {
+// One row (sample) of the softmax cross-entropy spread over `lanes` threads (a GPU warp),
+// lane l taking classes l, l + lanes, …: each lane's part of the row's largest logit, of
+// Σ exp(logit − max) and of the loss, writing its classes' grad_scale × (softmax −
+// target) when grad is set. The caller combines the parts across the lanes between the
+// calls (max, sum, sum); combined, they give softmax_xent_row's loss and gradient up to
+// the order of the sums. A label outside [0, k) gives parts of 0 (the max part aside),
+// zero gradients, and sets *bad_label.
+struct SoftmaxXentLanes {
   const float* logits;
   const int32_t* labels;
   int64_t k;
   float smoothing;
-  float* grad;  // null in forward
+  float* grad;  // null: the loss only
   float grad_scale;
-  float* row_loss;
   int32_t* bad_label;
-  COHORT_HD void operator()(int64_t i) const {
-    const int64_t label = labels[i];
-    if (label < 0 || label >= k) {  // loss() reports it; the row sends no gradient
-      *bad_label = 1;
-      if (row_loss) row_loss[i] = 0.f;
-      if (grad)
-        for (int64_t j = 0; j < k; ++j) grad[i * k + j] = 0.f;
-      return;
+  COHORT_HD bool good(int64_t row) const { return labels[row] >= 0 && labels[row] < k; }
+  COHORT_HD float max_part(int64_t row, int lane, int lanes) const {
+    const float* z = logits + row * k;
+    float mx = -INFINITY;
+    for (int64_t j = lane; j < k; j += lanes) mx = z[j] > mx ? z[j] : mx;
+    return mx;
+  }
+  COHORT_HD double sum_part(int64_t row, int lane, int lanes, float mx) const {
+    if (!good(row)) return 0.0;
+    const float* z = logits + row * k;
+    double sum = 0;
+    for (int64_t j = lane; j < k; j += lanes) sum += std::exp(static_cast<double>(z[j] - mx));
+    return sum;
+  }
+  COHORT_HD double loss_part(int64_t row, int lane, int lanes, float mx, double log_sum) const {
+    const float* z = logits + row * k;
+    float* g = grad ? grad + row * k : nullptr;
+    if (!good(row)) {  // loss() reports it; the row sends no gradient
+      if (lane == 0) *bad_label = 1;
+      if (g)
+        for (int64_t j = lane; j < k; j += lanes) g[j] = 0.f;
+      return 0.0;
     }
-    const float l = softmax_xent_row(logits + i * k, k, label, smoothing, grad ? grad + i * k : nullptr, grad_scale);
-    if (row_loss) row_loss[i] = l;
+    const XentTargets t = xent_targets(k, smoothing);
+    const int64_t label = labels[row];
+    double loss = 0;
+    for (int64_t j = lane; j < k; j += lanes)
+      loss += xent_term(z[j], mx, log_sum, j == label ? t.on : t.off, g ? g + j : nullptr, grad_scale);
+    return loss;
   }
 };
 
-// The loss of row i as a reduction map (forward): the rows' sum over the batch.
-struct SoftmaxXentLoss {
-  const float* logits;
-  const int32_t* labels;
-  int64_t k;
-  float smoothing;
-  int32_t* bad_label;
-  COHORT_HD double operator()(int64_t i) const {
-    const int64_t label = labels[i];
-    if (label < 0 || label >= k) {
-      *bad_label = 1;
-      return 0.0;
-    }
-    return softmax_xent_row(logits + i * k, k, label, smoothing, nullptr, 0.f);
-  }
-};
+namespace cuda {
+// Defined in src/kernels/cuda/layer_kernels.cu: one warp per row of `rows`. The loss
+// form adds the rows' losses to *loss_sum, summed in a fixed order (one block); the
+// gradient form writes f.grad (set) and sums nothing.
+void launch_softmax_xent_loss(void* stream, int64_t rows, const SoftmaxXentLanes& f, double* loss_sum);
+void launch_softmax_xent_grad(void* stream, int64_t rows, const SoftmaxXentLanes& f);
+}  // namespace cuda
 
 }  // namespace cohort::kernels

@@ -988,7 +988,22 @@ TEST(CudaFunctors, LayoutIndexesAgreeOnEitherSideOf32Bits) {
   }
 }
 
-TEST(CudaFunctors, TheLossRowsMatchTheCpuBackendsLossAndGradient) {
+// The loss kernels' work on the host: each row over `lanes` lanes, the parts combined as
+// the warps combine them (the max, then lane 0's sums); the rows' losses summed in order.
+double lane_losses(const kernels::SoftmaxXentLanes& f, int64_t n, int lanes) {
+  double total = 0;
+  for (int64_t row = 0; row < n; ++row) {
+    float mx = -INFINITY;
+    for (int l = 0; l < lanes; ++l) mx = std::max(mx, f.max_part(row, l, lanes));
+    double sum = 0, loss = 0;
+    for (int l = 0; l < lanes; ++l) sum += f.sum_part(row, l, lanes, mx);
+    for (int l = 0; l < lanes; ++l) loss += f.loss_part(row, l, lanes, mx, std::log(sum));
+    total += loss;
+  }
+  return total;
+}
+
+TEST(CudaFunctors, TheLossLanesMatchTheCpuBackendsLossAndGradient) {
   const int64_t n = 6, k = 7;
   Graph g({k});
   g.softmax_xent(g.input(), "loss", 0.1f);
@@ -1002,19 +1017,38 @@ TEST(CudaFunctors, TheLossRowsMatchTheCpuBackendsLossAndGradient) {
   std::vector<float> cpu_dz(z.size());
   plan.read_input_grad(test::view(cpu_dz, {n, k}));
   int32_t bad = 0;
-  double sum = 0;
-  kernels::host_reduce_into(1, n, kernels::SoftmaxXentLoss{z.data(), labels.data(), k, 0.1f, &bad}, kernels::Plus{},
-                            &sum);
-  EXPECT_NEAR(sum / n, cpu_loss, 1e-5);
   std::vector<float> dz(z.size());
-  kernels::host_for_each(1, n,
-                         kernels::SoftmaxXentRows{z.data(), labels.data(), k, 0.1f, dz.data(), 1.f / n, nullptr, &bad});
+  const kernels::SoftmaxXentLanes f{z.data(), labels.data(), k, 0.1f, dz.data(), 1.f / n, &bad};
+  EXPECT_NEAR(lane_losses(f, n, 32) / n, cpu_loss, 1e-5);
   expect_near(dz, cpu_dz, 1e-6f, "loss gradient");
   EXPECT_EQ(bad, 0);
   labels[2] = 9;  // outside [0, 7)
-  kernels::host_reduce_into(1, n, kernels::SoftmaxXentLoss{z.data(), labels.data(), k, 0.1f, &bad}, kernels::Plus{},
-                            &sum);
+  lane_losses(f, n, 32);
   EXPECT_EQ(bad, 1);
+}
+
+// However a row is spread over lanes (more than its classes, or fewer), the parts give
+// the row's loss and gradient; a bad label gives a row of zeros.
+TEST(CudaFunctors, TheLossLanesCombineIntoEachRowsLossAndGradient) {
+  for (const int64_t k : {int64_t{7}, int64_t{70}, int64_t{1000}}) {
+    const int64_t n = 5;
+    std::vector<float> z(static_cast<size_t>(n * k));
+    for (size_t i = 0; i < z.size(); ++i) z[i] = std::sin(0.37f * static_cast<float>(i)) * 4.f;
+    const std::vector<int32_t> labels{0, static_cast<int32_t>(k - 1), 3, -1, static_cast<int32_t>(k)};  // two bad
+    std::vector<float> want(z.size(), 0.f);
+    double want_loss = 0;
+    for (int64_t row = 0; row < 3; ++row)
+      want_loss += kernels::softmax_xent_row(z.data() + row * k, k, labels[static_cast<size_t>(row)], 0.1f,
+                                             want.data() + row * k, 0.25f);
+    for (const int lanes : {32, 3}) {
+      int32_t bad = 0;
+      std::vector<float> dz(z.size(), 99.f);
+      const kernels::SoftmaxXentLanes f{z.data(), labels.data(), k, 0.1f, dz.data(), 0.25f, &bad};
+      EXPECT_NEAR(lane_losses(f, n, lanes), want_loss, 1e-5 * want_loss) << "k " << k << ", " << lanes << " lanes";
+      expect_near(dz, want, 1e-7f, "loss gradient over lanes");
+      EXPECT_EQ(bad, 1);
+    }
+  }
 }
 
 // The CUDA plan folds a relu into the batch norm before it where both compute NHWC
