@@ -10,7 +10,8 @@
 set -u
 COHORTRUN=$1 TRAIN=$2
 . "$(dirname "$0")/netns_hosts.sh"
-ON_H1_TIMEOUT=120
+# shellcheck disable=SC2034
+ON_H1_TIMEOUT=120  # read by on_h1 (netns_hosts.sh)
 # cohortrun's least link timeout, and how long a fault may take to end the job: the
 # timeout plus a margin for a loaded machine (mpirun tearing the job down, processes
 # exiting), far below the minutes Open MPI takes by itself.
