@@ -299,6 +299,34 @@ class FailingRank(unittest.TestCase):
         self.assertFalse(alive(child), "the child mpirun left is still running")
         self.assertLess(took, TIMEOUT / 2)  # 10 s at most, much less than the fake's 600
 
+    def test_a_host_that_falls_silent_ends_the_job_through_cohortruns_own_watch(self):
+        # An mpirun that never notices anything: it starts rank 1's monitor (which beats to
+        # cohortrun) and waits. The monitor is then stopped, its connection left open, as
+        # behind a link that went down: only cohortrun's watch can end the job.
+        with tempfile.TemporaryDirectory() as d:
+            fake = os.path.join(d, "mpirun")
+            with open(fake, "w") as f:
+                f.write("#!/bin/sh\ntrap '' TERM INT HUP\n"
+                        "for a in \"$@\"; do case \"$a\" in */cohortrun-monitor) monitor=$a ;; esac; done\n"
+                        f"OMPI_COMM_WORLD_RANK=1 \"$monitor\" -- sleep 600 & echo $! > {d}/monitor\nwait\n")
+            os.chmod(fake, 0o755)
+            job = subprocess.Popen([COHORTRUN, "-np", "2", "-H", "localhost:2", "--link-timeout=10", "--mpirun", fake,
+                                    PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            wait_for(lambda: os.path.exists(os.path.join(d, "monitor")), 10, "the fake mpirun to start the monitor")
+            time.sleep(1)  # a beat or two heard
+            with open(os.path.join(d, "monitor")) as f:
+                monitor = int(f.read())
+            os.kill(monitor, signal.SIGSTOP)
+            start = time.monotonic()
+            _, stderr = job.communicate(timeout=TIMEOUT)
+            took = time.monotonic() - start
+        self.assertEqual(job.returncode, 205, stderr)
+        self.assertIn(f"cohortrun: job failed (exit status 205): cohortrun lost its connection to host "
+                      f"{socket.gethostname()} (a link down or the host gone), where rank 1 ran\n", stderr)
+        self.assertGreater(took, 5)  # 7 s of silence (10 s timeout), less the beat before the stop
+        self.assertLess(took, 15)  # SIGKILL at 10 s: the fake ignores SIGTERM
+        self.assertFalse(alive(monitor), "the stopped monitor is still there")
+
 
 class Restarts(unittest.TestCase):
     def test_a_failed_rank_restarts_the_job_which_resumes(self):
