@@ -7,7 +7,9 @@
 # on the CPU. With --perf
 # (a stub Python for the PyTorch reference; each stub run's images/sec taken in turn
 # from a list) it must interleave the runs, take their medians, judge the ratio against
-# 0.98, report a precision cohort refuses as N/A, and do without PyTorch.
+# 0.98, report a precision cohort refuses as N/A, and do without PyTorch. The sanitizer
+# stages (a stub compute-sanitizer) pass clean runs, fail a hazard found, and are N/A
+# without compute-sanitizer.
 #   gpu_check_stubs.sh SCRIPTS/gpu-check
 set -uo pipefail
 gpu_check=$1
@@ -270,4 +272,43 @@ check "--perf fails a PyTorch run on another card" 1 \
 check "--perf fails a cohort run that fails for another reason than its precision" 1 \
   '^perf-bf16 +FAIL .*cohort-train run 2 exited 1' '^perf-f32 +PASS' \
   -- STUB_COHORT_bf16="990 fail 990" -- --perf --only perf-f32,perf-bf16 --python "$work/python3"
+
+# compute-sanitizer: a stub on PATH that runs the test and reports as found what
+# STUB_SANITIZER_ERRORS names (tools).
+stub "$work/sanitizer/compute-sanitizer" <<'EOF'
+#!/usr/bin/env bash
+if [ "$1" = --version ]; then printf 'NVIDIA (R) Compute Sanitizer\nVersion 2025.3.0 build 1\n'; exit 0; fi
+tool=memcheck code=0 args=()
+while [ $# -gt 1 ]; do
+  case $1 in --tool) tool=$2 ;; --error-exitcode) code=$2 ;; esac
+  args+=("$1"); shift
+done
+echo "sanitizer ${args[*]} ${1##*/}" >>"$STUB_STATE/order"
+"$1" || exit
+if [[ " ${STUB_SANITIZER_ERRORS:-} " == *" $tool "* ]]; then
+  echo "========= Error: Race reported between Write access at channel_sums_kernel+0x1a0"
+  echo "========= ERROR SUMMARY: 1 error"
+  exit "$code"
+fi
+echo "========= ERROR SUMMARY: 0 errors"
+EOF
+check "the sanitize stages run the GPU tests under each tool" 0 \
+  '^sanitize +PASS .*Version 2025\.3\.0; clean: memcheck compute_cuda_backend_test memcheck gpu_device_test memcheck gpu_train_test$' \
+  '^sanitize-sync +PASS .*clean: racecheck compute_cuda_backend_test synccheck compute_cuda_backend_test racecheck gpu_train_test synccheck gpu_train_test$' \
+  -- "PATH=$work/sanitizer:$PATH" -- --only sanitize,sanitize-sync
+if [ "$(grep -c -- '--kernel-name kns=cohort' "$STUB_STATE/order")" != 4 ] || grep -q 'nccl' "$STUB_STATE/order"; then
+  echo "FAIL: racecheck and synccheck follow cohort's kernels only, and NCCL's test is left out:"; cat "$STUB_STATE/order"; fails=1
+else
+  echo "ok: racecheck and synccheck follow cohort's kernels only"
+fi
+check "a hazard the sanitizer finds fails its stage" 1 \
+  '^sanitize-sync +FAIL .*racecheck found errors in compute_cuda_backend_test racecheck found errors in gpu_train_test' \
+  '^    ========= Error: Race reported' \
+  -- "PATH=$work/sanitizer:$PATH" STUB_SANITIZER_ERRORS=racecheck -- --only sanitize-sync
+if compgen -G '/usr/local/cuda*/bin/compute-sanitizer' >/dev/null; then
+  echo "skipped: a sanitizer stage without compute-sanitizer (this machine has one in /usr/local/cuda*)"
+else
+  check "without compute-sanitizer the sanitize stages are N/A" 0 \
+    '^sanitize +N/A .*no compute-sanitizer here' -- CUDA_HOME=/nonexistent -- --only sanitize
+fi
 exit $fails
