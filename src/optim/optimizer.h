@@ -56,6 +56,7 @@ class Optimizer {
   // stream of that device; on the host its threads split the work). State is created
   // (zero) on first sight of a name, on the parameter's device. LARS reads its norms
   // back, so with a device stream the call waits for the work before the LARS updates.
+  // Steps on different streams share the state: the caller orders them.
   void step(std::span<const ParamGrad> params, double lr, const Stream& stream = {});
 
   // step() with the step's values (lr, Adam's bias corrections, the loss scale) read
@@ -69,7 +70,9 @@ class Optimizer {
   // update (none without `unscale`). Not LARS, which reads its norms on the host between
   // the passes. A capture that fails turns graphs off for this optimizer, which then
   // enqueues each step; a list unlike the last call's (other names, memory or state, as
-  // after import_state) is captured anew.
+  // after import_state) is captured anew. As with step(), a call on another stream than
+  // the last one's must come after that stream's work (the caller orders them): the
+  // step's values are written for each call into the one buffer the last update reads.
   bool step_captured(std::span<const ParamGrad> params, double lr, const Stream& stream, bool unscale = false,
                      double inv_scale = 1.0);
   // Whether step_captured replays a graph (false before its first call, on the host,
