@@ -12,8 +12,10 @@ namespace cohort::kernels {
 
 // The factor element i is multiplied by: 0 or 1 / (1 - p).
 COHORT_HD float dropout_factor(uint64_t i, uint64_t stream, uint64_t seed, float p) {
-  Philox4 r = philox4x32(i >> 2, stream, seed);
-  float u = uniform01(r.v[i & 3]);
+  const Philox4 r = philox4x32(i >> 2, stream, seed);
+  // The word picked by selects: indexing r.v by i & 3 would put r in a GPU's local memory.
+  const uint32_t word = (i & 2) ? ((i & 1) ? r.v[3] : r.v[2]) : ((i & 1) ? r.v[1] : r.v[0]);
+  const float u = uniform01(word);
   return u < p ? 0.f : 1.f / (1.f - p);
 }
 

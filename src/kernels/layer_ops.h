@@ -182,9 +182,9 @@ struct CopyRows {
   int64_t width, dst_pitch, src_pitch;
   bool accumulate;
   COHORT_HD void operator()(int64_t i, S* dst, const S* src) const {
-    const int64_t row = i / width, col = i % width;
-    S* d = dst + row * dst_pitch + col;
-    const S s = src[row * src_pitch + col];
+    const DivMod rc = div_mod(i, width);  // row rc.q, column rc.r
+    S* d = dst + rc.q * dst_pitch + rc.r;
+    const S s = src[rc.q * src_pitch + rc.r];
     if (accumulate)
       store<S, C>(d, C::load(s), true);
     else
@@ -206,15 +206,11 @@ struct ShortcutGeometry {
   COHORT_HD void coords(int64_t i, int64_t c_, int64_t h_, int64_t w_, int64_t& n, int64_t& c, int64_t& h,
                         int64_t& w) const {
     if (nhwc) {
-      c = i % c_;
-      w = (i / c_) % w_;
-      h = (i / (c_ * w_)) % h_;
-      n = i / (c_ * w_ * h_);
+      const DivMod a = div_mod(i, c_), b = div_mod(a.q, w_), d = div_mod(b.q, h_);
+      c = a.r, w = b.r, h = d.r, n = d.q;
     } else {
-      w = i % w_;
-      h = (i / w_) % h_;
-      c = (i / (w_ * h_)) % c_;
-      n = i / (w_ * h_ * c_);
+      const DivMod a = div_mod(i, w_), b = div_mod(a.q, h_), d = div_mod(b.q, c_);
+      w = a.r, h = b.r, c = d.r, n = d.q;
     }
   }
 };
@@ -248,7 +244,7 @@ template <typename S = float, typename C = F32>
 struct AddBias {
   int64_t channels, hw;
   COHORT_HD void operator()(int64_t i, S* y, const float* b) const {
-    const int64_t c = hw == 0 ? i % channels : (i / hw) % channels;
+    const int64_t c = div_mod(hw == 0 ? i : div_mod(i, hw).q, channels).r;
     y[i] = C::store(C::load(y[i]) + b[c]);
   }
 };

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -985,6 +986,18 @@ TEST(CudaFunctors, LayoutIndexesAgreeOnEitherSideOf32Bits) {
       // The 64-bit formula: channel i % c, pixel (i / c) % hw, sample i / (c·hw).
       EXPECT_EQ(j, (i / (c * hw) * c + i % c) * hw + (i / c) % hw) << i;
     }
+  }
+  // The option-A shortcut's coordinates: in range, and back to the same flat index.
+  for (bool nhwc : {false, true}) {
+    kernels::ShortcutGeometry g{};
+    g.nhwc = nhwc;
+    for (const auto& [c_, h_, w_] : {std::tuple<int64_t, int64_t, int64_t>{3, 5, 7}, {64, 56, 56}, {5, 65537, 65537}})
+      for (int64_t i : {int64_t{0}, int64_t{1}, c_ * h_ * w_ - 1, c_ * h_ * w_ + 2, k32 - 1, k32, k32 + 12345}) {
+        int64_t n = -1, c = -1, h = -1, w = -1;
+        g.coords(i, c_, h_, w_, n, c, h, w);
+        EXPECT_TRUE(n >= 0 && c >= 0 && c < c_ && h >= 0 && h < h_ && w >= 0 && w < w_) << i;
+        EXPECT_EQ(g.at(n, c, h, w, c_, h_, w_), i) << (nhwc ? "NHWC " : "NCHW ") << c_ << "x" << h_ << "x" << w_;
+      }
   }
 }
 
