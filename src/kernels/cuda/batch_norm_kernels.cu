@@ -37,6 +37,37 @@ __device__ void then_in_last_block(const Then& then, int64_t channels, uint32_t*
   }
 }
 
+// Adds map's kVec values of rows first, first + stride, … (< end) to a and b in row
+// order, four rows' loads issued before their adds: the loop is bound by memory latency,
+// and one the compiler unrolls by itself tests the end before each row's load, which
+// leaves one load in flight per thread.
+template <int kVec, typename Map>
+__device__ void sum_rows(const Map& map, int64_t first, int64_t end, int64_t stride, int64_t c0, float* a, float* b) {
+  constexpr int kAhead = 4;
+  int64_t r = first;
+  for (; r + (kAhead - 1) * stride < end; r += kAhead * stride) {
+    float u[kAhead][kVec], v[kAhead][kVec];
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k) map(r + k * stride, c0, u[k], v[k]);
+#pragma unroll
+    for (int k = 0; k < kAhead; ++k)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        a[j] += u[k][j];
+        b[j] += v[k][j];
+      }
+  }
+  for (; r < end; r += stride) {
+    float u[kVec], v[kVec];
+    map(r, c0, u, v);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      a[j] += u[j];
+      b[j] += v[j];
+    }
+  }
+}
+
 template <typename Map, typename Then = NoThen>
 __global__ void channel_sums_kernel(int64_t rows, int64_t channels, int64_t rows_per_block, Map map, double* sums,
                                     Then then = {}, uint32_t* tickets = nullptr) {
@@ -46,13 +77,8 @@ __global__ void channel_sums_kernel(int64_t rows, int64_t channels, int64_t rows
   const int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
   float a = 0.f, b = 0.f;
   if (c < channels) {
-#pragma unroll 4
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kRowLanes) {
-      float u, v;
-      map(r, c, u, v);
-      a += u;
-      b += v;
-    }
+    const auto one = [&](int64_t r, int64_t ch, float* u, float* v) { map(r, ch, u[0], v[0]); };
+    sum_rows<1>(one, r0 + threadIdx.y, r1, kRowLanes, c, &a, &b);
   }
   pa[threadIdx.y][threadIdx.x] = a;
   pb[threadIdx.y][threadIdx.x] = b;
@@ -79,19 +105,7 @@ __global__ void channel_sums_packed_kernel(int64_t rows, int64_t channels, BnSum
   const unsigned t = threadIdx.y * kLanes + threadIdx.x;
   const BnSumsShare s = bn_sums_share(l, rows, blockIdx.x, blockIdx.y, threadIdx.x, threadIdx.y);
   float a[kVec] = {}, b[kVec] = {};
-  // Unrolled so that a thread has several rows' loads in flight: the loop is bound by
-  // memory latency, and the sums keep their order.
-  if (s.pack >= 0) {
-#pragma unroll 4
-    for (int64_t r = s.first; r < s.end; r += s.stride) {
-      float u[kVec], v[kVec];
-      map(r, s.pack * kVec, u, v);
-      for (int j = 0; j < kVec; ++j) {
-        a[j] += u[j];
-        b[j] += v[j];
-      }
-    }
-  }
+  if (s.pack >= 0) sum_rows<kVec>(map, s.first, s.end, s.stride, s.pack * kVec, a, b);
   for (int j = 0; j < kVec; ++j) {
     pa[t][j] = a[j];
     pb[t][j] = b[j];
@@ -133,6 +147,14 @@ SumsGrid sums_grid(int64_t rows, int64_t channels) {
           rows_per_block};
 }
 
+// The blocks' tickets count in 32 bits: a grid of 2^32 blocks or more would have no last
+// block (some 2 million channels).
+void check_tickets(const dim3& grid, int64_t channels) {
+  if (static_cast<uint64_t>(grid.x) * grid.y >= (uint64_t{1} << 32))
+    fail(Code::kUnsupported, "batch norm over ", channels, " channels: the statistics need ", grid.x, " x ", grid.y,
+         " blocks, more than their 32-bit count of finished blocks holds");
+}
+
 }  // namespace
 
 template <int kVec, typename Map>
@@ -156,6 +178,7 @@ template <typename Map, typename Then>
 void launch_channel_sums_then(void* stream, int64_t rows, int64_t channels, Map map, double* sums, Then then,
                               uint32_t* tickets) {
   const SumsGrid g = sums_grid(rows, channels);
+  check_tickets(g.grid, channels);
   channel_sums_kernel<<<g.grid, dim3(kLanes, kRowLanes), 0, static_cast<cudaStream_t>(stream)>>>(
       rows, channels, g.rows_per_block, map, sums, then, tickets);
   check_launch("a batch-norm statistics kernel");
@@ -164,6 +187,7 @@ void launch_channel_sums_then(void* stream, int64_t rows, int64_t channels, Map 
 template <int kVec, typename Map, typename Then>
 void launch_channel_sums_packed_then(void* stream, int64_t rows, int64_t channels, const BnSumsLayout& l, Map map,
                                      double* sums, Then then, uint32_t* tickets) {
+  check_tickets(dim3(l.grid_x, l.grid_y), channels);
   channel_sums_packed_kernel<kVec>
       <<<dim3(l.grid_x, l.grid_y), dim3(kLanes, kRowLanes), 0, static_cast<cudaStream_t>(stream)>>>(
           rows, channels, l, map, sums, then, tickets);
