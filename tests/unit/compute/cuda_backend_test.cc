@@ -4,7 +4,9 @@
 // and the same at f16 and bf16 on the GPU (NHWC, f32 master weights) against the CPU's
 // f32, within those types' tolerances or as close as the CPU's own bf16 result comes
 // (expect_close); and with CUDA graphs, three passes on changing
-// inputs (eager, captured, replayed) agree at each. SKIPPED where no GPU is present.
+// inputs (eager, captured, replayed) agree at each; and batch-norm statistics at
+// ResNet-50's sizes (hundreds of blocks) agree with the host's, pass after pass. SKIPPED
+// where no GPU is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -21,6 +24,7 @@
 #include "runtime/device_probe.h"
 #include "core/status.h"
 #include "graph/graph.h"
+#include "kernels/batch_norm.h"
 #include "support/host_views.h"
 #include "support/temp_dir.h"
 #include "tensor/device_api.h"
@@ -481,6 +485,130 @@ TEST(CudaBackend, WithGraphsAListenerThatEnqueuesWorkGetsEachEventWhereItsLayerE
 // A training plan's convolution searches land in the cache file, one line per pass and
 // shape, for this GPU; a second backend on the same file reads them and searches
 // nothing, so it leaves the file as it was.
+// Batch-norm statistics at ResNet-50's sizes, far beyond the layer cases' few blocks:
+// hundreds of blocks, each thread up to kBnRowsPerThread rows, and the finalize run by
+// the block that finishes last (kernels/batch_norm.h). The GPU's forward and backward
+// statistics agree with the host's, pass after pass: each leaves its sums and its count
+// of finished blocks at zero for the next.
+enum BnSlot { kRunMean, kRunVar, kMean, kInvStd, kFwdCoef, kGradGamma, kGradBeta, kBwdCoef, kBnSlots };
+struct BnBuffers {  // the inputs, the f64 sums, the u32 count, and every result (f32)
+  Tensor x, dy, y, gamma, beta, sums, tickets, f[kBnSlots];
+};
+
+// x with a mean of 2 to 3 per channel, well off zero, as a convolution's output has; dy;
+// with relu_masked, a relu's output y that masks a third of dy.
+template <typename S, typename C>
+void bn_test_inputs(int64_t rows, int64_t channels, bool relu_masked, std::vector<S>& x, std::vector<S>& dy,
+                    std::vector<S>& y) {
+  const int64_t n = rows * channels;
+  x.resize(static_cast<size_t>(n));
+  dy.resize(x.size());
+  y.resize(relu_masked ? x.size() : 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = i / channels, c = i % channels;
+    const auto k = static_cast<size_t>(i);
+    x[k] = C::store(2.f + 0.25f * static_cast<float>(c % 5) + std::sin(0.37f * static_cast<float>(r) + 0.11f * c));
+    dy[k] = C::store(0.1f * std::cos(0.23f * static_cast<float>(r) + 0.7f * c));
+    if (relu_masked) y[k] = C::store((r + c) % 3 ? 1.f : 0.f);
+  }
+}
+
+template <typename S, typename C>
+void check_bn_statistics_at_scale(int64_t rows, int64_t channels, DType dtype, bool relu_masked) {
+  SCOPED_TRACE(cat(rows, " rows x ", channels, " channels, ", dtype_name(dtype), relu_masked ? ", relu-masked" : ""));
+  const int64_t n = rows * channels;
+  std::vector<S> x, dy, y;
+  bn_test_inputs<S, C>(rows, channels, relu_masked, x, dy, y);
+  std::vector<float> gamma(static_cast<size_t>(channels)), beta(gamma.size(), 0.1f);
+  for (int64_t c = 0; c < channels; ++c) gamma[static_cast<size_t>(c)] = 1.f + 0.01f * static_cast<float>(c);
+  const int64_t sizes[kBnSlots] = {channels,     channels, channels, channels,
+                                   3 * channels, channels, channels, 4 * channels};
+  Memory memory;
+  const auto gpu = memory.on(Device::cuda(0));
+  OwnedStream owned(Device::cuda(0));
+  const Stream& stream = owned.get();
+  const Stream host = Stream::host(4);
+  auto make = [&](Allocator& a, const Stream& on) {
+    BnBuffers b;
+    auto put = [&](const void* data, int64_t count, DType t) {
+      return clone_to(Tensor::wrap(const_cast<void*>(data), {count}, t), a, on);
+    };
+    b.x = put(x.data(), n, dtype);
+    b.dy = put(dy.data(), n, dtype);
+    if (relu_masked) b.y = put(y.data(), n, dtype);
+    b.gamma = put(gamma.data(), channels, DType::kF32);
+    b.beta = put(beta.data(), channels, DType::kF32);
+    b.sums = Tensor::empty({2 * channels}, DType::kF64, a, on);
+    b.tickets = Tensor::empty({1}, DType::kI32, a, on);
+    zero(b.sums, on);
+    zero(b.tickets, on);
+    for (int k = 0; k < kBnSlots; ++k) {
+      b.f[k] = Tensor::empty({sizes[k]}, DType::kF32, a, on);
+      zero(b.f[k], on);
+    }
+    std::vector<float> one(static_cast<size_t>(channels), 1.f);
+    copy(b.f[kRunVar], Tensor::wrap(one.data(), {channels}, DType::kF32), on);
+    synchronize(on);
+    return b;
+  };
+  auto pass = [&](BnBuffers& b, const Stream& on) {
+    auto* tickets = reinterpret_cast<uint32_t*>(b.tickets.data_as<int32_t>());
+    const kernels::BnForwardFinalize<S, C> fwd{b.sums.data_as<double>(),
+                                               b.x.data_as<S>(),
+                                               b.gamma.data_as<float>(),
+                                               b.beta.data_as<float>(),
+                                               b.f[kRunMean].data_as<float>(),
+                                               b.f[kRunVar].data_as<float>(),
+                                               b.f[kMean].data_as<float>(),
+                                               b.f[kInvStd].data_as<float>(),
+                                               b.f[kFwdCoef].data_as<float>(),
+                                               rows,
+                                               channels,
+                                               1e-5f,
+                                               0.1f};
+    kernels::bn_forward_statistics(on, fwd, tickets);
+    const kernels::BnBackwardFinalize bwd{b.sums.data_as<double>(),
+                                          b.gamma.data_as<float>(),
+                                          b.f[kMean].data_as<float>(),
+                                          b.f[kInvStd].data_as<float>(),
+                                          b.f[kGradGamma].data_as<float>(),
+                                          b.f[kGradBeta].data_as<float>(),
+                                          b.f[kBwdCoef].data_as<float>(),
+                                          rows,
+                                          channels};
+    kernels::bn_backward_statistics<S, C>(on, b.x.data_as<S>(), b.dy.data_as<S>(),
+                                          relu_masked ? b.y.data_as<S>() : nullptr, bwd, tickets);
+    synchronize(on);
+  };
+  BnBuffers want = make(*memory.host(), host), got = make(*gpu, stream);
+  const char* names[kBnSlots] = {"running mean",    "running variance",     "saved mean",
+                                 "saved 1/std",     "forward coefficients", "gamma's gradient",
+                                 "beta's gradient", "backward coefficients"};
+  for (int p = 0; p < 2; ++p) {
+    SCOPED_TRACE(cat("pass ", p + 1));
+    pass(want, host);
+    pass(got, stream);
+    for (int k = 0; k < kBnSlots; ++k) expect_close(got.f[k], want.f[k], names[k], 1e-3);
+    const Tensor sums = to_host(got.sums), tickets = to_host(got.tickets);
+    for (int64_t c = 0; c < 2 * channels; ++c) ASSERT_EQ(sums.data_as<double>()[c], 0.0) << "sum " << c << " left";
+    EXPECT_EQ(tickets.data_as<int32_t>()[0], 0) << "the count of finished blocks was left at non-zero";
+  }
+}
+
+TEST(CudaBackend, BatchNormStatisticsOverHundredsOfBlocksAgreeWithTheHost) {
+  const CudaProbe probe = probe_cuda();
+  if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
+  // ResNet-50's first stage at batch 16 (packed: 64 channels), its last (2048 channels,
+  // 7x7), a channel count that no pack divides (scalar sums), and a million rows of one
+  // or two packs (a warp over 16 or 32 rows, thousands of row blocks).
+  const std::pair<int64_t, int64_t> shapes[] = {{16 * 56 * 56, 64}, {16 * 7 * 7, 2048}, {8 * 28 * 28, 6}, {1 << 20, 8}};
+  for (const auto& [rows, channels] : shapes) {
+    check_bn_statistics_at_scale<float, kernels::F32>(rows, channels, DType::kF32, false);
+    check_bn_statistics_at_scale<uint16_t, kernels::F16Codec>(rows, channels, DType::kF16, true);
+    check_bn_statistics_at_scale<uint16_t, kernels::BF16Codec>(rows, channels, DType::kBF16, false);
+  }
+}
+
 TEST(CudaBackend, KeepsItsConvolutionChoicesInAFileForTheNextRun) {
   const CudaProbe probe = probe_cuda();
   if (probe.device_count == 0) GTEST_SKIP() << "no GPU: " << probe.why;
