@@ -296,7 +296,8 @@ check "the sanitize stages run the GPU tests under each tool" 0 \
   '^sanitize +PASS .*Version 2025\.3\.0; clean: memcheck compute_cuda_backend_test memcheck gpu_device_test memcheck gpu_train_test$' \
   '^sanitize-sync +PASS .*clean: racecheck compute_cuda_backend_test synccheck compute_cuda_backend_test racecheck gpu_train_test synccheck gpu_train_test$' \
   -- "PATH=$work/sanitizer:$PATH" -- --only sanitize,sanitize-sync
-if [ "$(grep -c -- '--kernel-name kns=cohort' "$STUB_STATE/order")" != 4 ] || grep -q 'nccl' "$STUB_STATE/order"; then
+if [ "$(grep -c -- '--kernel-name kns=cohort' "$STUB_STATE/order")" != 4 ] || grep -q 'nccl' "$STUB_STATE/order" ||
+   [ "$(grep -c -- '--tool memcheck .*--report-api-errors no' "$STUB_STATE/order")" != 3 ]; then
   echo "FAIL: racecheck and synccheck follow cohort's kernels only, and NCCL's test is left out:"; cat "$STUB_STATE/order"; fails=1
 else
   echo "ok: racecheck and synccheck follow cohort's kernels only"
