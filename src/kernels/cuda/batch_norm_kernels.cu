@@ -147,10 +147,10 @@ SumsGrid sums_grid(int64_t rows, int64_t channels) {
           rows_per_block};
 }
 
-// The blocks' tickets count in 32 bits: a grid of 2^32 blocks or more would have no last
-// block (some 2 million channels).
+// The blocks' tickets count in 32 bits: a grid of more than 2^32 blocks would have no
+// last block (some 2 million channels).
 void check_tickets(const dim3& grid, int64_t channels) {
-  if (static_cast<uint64_t>(grid.x) * grid.y >= (uint64_t{1} << 32))
+  if (static_cast<uint64_t>(grid.x) * grid.y > (uint64_t{1} << 32))
     fail(Code::kUnsupported, "batch norm over ", channels, " channels: the statistics need ", grid.x, " x ", grid.y,
          " blocks, more than their 32-bit count of finished blocks holds");
 }
