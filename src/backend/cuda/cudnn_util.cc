@@ -1,5 +1,7 @@
 #include "backend/cuda/cudnn_util.h"
 
+#include <string>
+
 namespace cohort::backend::cuda {
 
 void check(cudaError_t rc, const char* call) {
@@ -11,11 +13,24 @@ void check(cudaError_t rc, const char* call) {
   }
 }
 
+// cuDNN 9's statuses are a category (thousands) plus a specific code: out of device
+// memory is an internal error (4004), host memory another (4003), and "not supported"
+// comes in kinds (shape, layout, data type, …). cuDNN's own text for the last error,
+// where it kept one, says which operand it refused.
 void check(cudnnStatus_t rc, const char* call) {
   if (rc == CUDNN_STATUS_SUCCESS) return;
-  if (rc == CUDNN_STATUS_ALLOC_FAILED) fail(Code::kOutOfMemory, call, ": cuDNN is out of memory; lower batch_size");
-  fail(Code::kCudnn, call, " failed: ", cudnnGetErrorString(rc),
-       rc == CUDNN_STATUS_NOT_SUPPORTED ? " (the shape or data type is not supported by this cuDNN)" : "");
+  char detail[512] = "";
+  cudnnGetLastErrorString(detail, sizeof detail);
+  const std::string why = detail[0] ? cat(" (", detail, ")") : "";
+  if (rc == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED)
+    fail(Code::kOutOfMemory, call, ": cuDNN is out of device memory; lower batch_size", why);
+  if (rc == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED)
+    fail(Code::kOutOfMemory, call, ": cuDNN is out of host memory", why);
+  fail(Code::kCudnn, call, " failed: ", cudnnGetErrorString(rc), " (status ", int(rc), ")",
+       CUDNN_STATUS_CATEGORY(rc) == CUDNN_STATUS_NOT_SUPPORTED ? ": this cuDNN does not support the shape, layout or "
+                                                                 "data type"
+                                                               : "",
+       why);
 }
 
 void check(cublasStatus_t rc, const char* call) {

@@ -6,7 +6,9 @@
 // kernels/batch_norm.h's fused form, or in f16 with channels in multiples of 4 cuDNN's
 // (cudnnBatchNormalization{ForwardTraining,Backward}Ex in
 // CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode, with CUDNN_BATCHNORM_OPS_BN_ACTIVATION or
-// CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION). For relu(add(bn, z)) the batch norm is the
+// CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION; uses_bn_ex decides, and with
+// cuda_batch_norm=cudnn an unfused f16 batch norm takes CUDNN_BATCHNORM_OPS_BN there
+// too). For relu(add(bn, z)) the batch norm is the
 // add's later input, so that z is computed before it runs (a downsampling block's own
 // batch norm fuses, with the main branch as z). A fused layer's value is its batch
 // norm's (the same memory), and so is its gradient: reading the batch norm's, the

@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/algo_cache.h"
@@ -26,6 +27,10 @@
 #include "kernels/pool.h"
 #include "support/host_views.h"
 #include "support/temp_dir.h"
+
+#if COHORT_HAVE_CUDA
+#  include "backend/cuda/cudnn_util.h"
+#endif
 
 namespace cohort {
 namespace {
@@ -50,6 +55,41 @@ TEST(MathPolicy, Tf32OnlyWhereTheGpuHasItAndNeverWhenOff) {
             "tf32=off: f32 convolutions and matrix products in full f32 (sm_90)");
   EXPECT_EQ(backend::describe_math(Tf32::kAuto, 7, 0), "tf32=auto: full f32 (sm_70 has no TF32 tensor cores)");
 }
+
+#if COHORT_HAVE_CUDA
+// cuDNN 9's statuses, as errors: out of memory by its device and host codes, every kind
+// of "not supported" with its hint, the status's number in every other message.
+TEST(CudnnStatus, OutOfMemoryAndUnsupportedKindsAreToldApart) {
+  auto thrown = [](cudnnStatus_t rc) -> std::pair<Code, std::string> {
+    try {
+      backend::cuda::check(rc, "cudnnCall");
+    } catch (const Error& e) {
+      return {e.code(), e.what()};
+    }
+    return {Code::kOk, ""};
+  };
+  EXPECT_EQ(thrown(CUDNN_STATUS_SUCCESS).first, Code::kOk);
+  const auto device = thrown(CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED);
+  EXPECT_EQ(device.first, Code::kOutOfMemory);
+  EXPECT_NE(device.second.find("cudnnCall: cuDNN is out of device memory; lower batch_size"), std::string::npos)
+      << device.second;
+  const auto host = thrown(CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED);
+  EXPECT_EQ(host.first, Code::kOutOfMemory);
+  EXPECT_NE(host.second.find("out of host memory"), std::string::npos) << host.second;
+  for (cudnnStatus_t rc : {CUDNN_STATUS_NOT_SUPPORTED, CUDNN_STATUS_NOT_SUPPORTED_SHAPE,
+                           CUDNN_STATUS_NOT_SUPPORTED_LAYOUT, CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE}) {
+    const auto e = thrown(rc);
+    EXPECT_EQ(e.first, Code::kCudnn);
+    EXPECT_NE(e.second.find("does not support the shape, layout or data type"), std::string::npos) << e.second;
+    EXPECT_NE(e.second.find(cat("(status ", int(rc), ")")), std::string::npos) << e.second;
+  }
+  const auto bad = thrown(CUDNN_STATUS_BAD_PARAM);
+  EXPECT_EQ(bad.first, Code::kCudnn);
+  EXPECT_NE(bad.second.find(cat("cudnnCall failed: ", cudnnGetErrorString(CUDNN_STATUS_BAD_PARAM))), std::string::npos)
+      << bad.second;
+  EXPECT_EQ(bad.second.find("does not support"), std::string::npos) << bad.second;
+}
+#endif
 
 TEST(AlgoCache, SearchesEachShapeOnceAndTellsPassesAndPoliciesApart) {
   backend::AlgoCache cache;
