@@ -26,11 +26,9 @@ void check(cudnnStatus_t rc, const char* call) {
     fail(Code::kOutOfMemory, call, ": cuDNN is out of device memory; lower batch_size", why);
   if (rc == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED)
     fail(Code::kOutOfMemory, call, ": cuDNN is out of host memory", why);
+  const bool unsupported = CUDNN_STATUS_CATEGORY(rc) == CUDNN_STATUS_NOT_SUPPORTED;
   fail(Code::kCudnn, call, " failed: ", cudnnGetErrorString(rc), " (status ", int(rc), ")",
-       CUDNN_STATUS_CATEGORY(rc) == CUDNN_STATUS_NOT_SUPPORTED ? ": this cuDNN does not support the shape, layout or "
-                                                                 "data type"
-                                                               : "",
-       why);
+       unsupported ? ": this cuDNN does not support the shape, layout or data type" : "", why);
 }
 
 void check(cublasStatus_t rc, const char* call) {

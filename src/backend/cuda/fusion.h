@@ -7,9 +7,9 @@
 // (cudnnBatchNormalization{ForwardTraining,Backward}Ex in
 // CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode, with CUDNN_BATCHNORM_OPS_BN_ACTIVATION or
 // CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION; uses_bn_ex decides, and with
-// cuda_batch_norm=cudnn an unfused f16 batch norm takes CUDNN_BATCHNORM_OPS_BN there
-// too). For relu(add(bn, z)) the batch norm is the
-// add's later input, so that z is computed before it runs (a downsampling block's own
+// cuda_batch_norm=cudnn an unfused f16 batch norm goes there too, with
+// CUDNN_BATCHNORM_OPS_BN). For relu(add(bn, z)) the batch norm is the add's later
+// input, so that z is computed before it runs (a downsampling block's own
 // batch norm fuses, with the main branch as z). A fused layer's value is its batch
 // norm's (the same memory), and so is its gradient: reading the batch norm's, the
 // add's or the relu's value gives the relu's output.
