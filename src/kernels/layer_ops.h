@@ -319,8 +319,8 @@ struct SoftmaxXentLanes {
 
 namespace cuda {
 // Defined in src/kernels/cuda/layer_kernels.cu: one warp per row of `rows`. The loss
-// form adds the rows' losses to *loss_sum, summed in a fixed order (one block); the
-// gradient form writes f.grad (set) and sums nothing.
+// form writes the rows' losses, summed in a fixed order (one block), to *loss_sum (0
+// without rows); the gradient form writes f.grad (set) and sums nothing.
 void launch_softmax_xent_loss(void* stream, int64_t rows, const SoftmaxXentLanes& f, double* loss_sum);
 void launch_softmax_xent_grad(void* stream, int64_t rows, const SoftmaxXentLanes& f);
 }  // namespace cuda

@@ -16,7 +16,6 @@ class SoftmaxXentLayer final : public CudaLayer {
     fwd.push_back({[this] {
                      plan_.loss_computed_ = plan_.labels_.defined() && plan_.labels_.numel() > 0;
                      if (!plan_.loss_computed_) return;  // inference of the logits only
-                     zero(plan_.loss_sum_, cstream());
                      kernels::cuda::launch_softmax_xent_loss(cstream().native(), in().desc.dims[0], lanes(nullptr, 0.f),
                                                              plan_.loss_sum_.data_as<double>());
                    },

@@ -47,6 +47,15 @@ def children(pid):
         return []
 
 
+def fake_mpirun(directory, body):
+    """An executable `mpirun` in directory: a shell script that ignores TERM, INT and HUP, then runs body."""
+    path = os.path.join(directory, "mpirun")
+    with open(path, "w") as f:
+        f.write("#!/bin/sh\ntrap '' TERM INT HUP\n" + body)
+    os.chmod(path, 0o755)
+    return path
+
+
 def wait_for(predicate, seconds, what):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -280,14 +289,11 @@ class FailingRank(unittest.TestCase):
         # An mpirun that reports a lost daemon, as Open MPI 4.1 words it, then never ends
         # (tearing a job down can wait on the host that is gone), nor does its child.
         with tempfile.TemporaryDirectory() as d:
-            fake = os.path.join(d, "mpirun")
-            with open(fake, "w") as f:
-                f.write("#!/bin/sh\ntrap '' TERM INT HUP\n"
-                        "printf '%s\\n' '----' 'ORTE has lost communication with a remote daemon.' '' "
-                        "'  HNP daemon   : [[4711,0],0] on node h1' '  Remote daemon: [[4711,0],1] on node h2' '' "
-                        "'This is usually due to either a failure of the TCP network' >&2\n"
-                        f"sleep 600 & echo $! > {d}/child\nwait\n")
-            os.chmod(fake, 0o755)
+            fake = fake_mpirun(d, "printf '%s\\n' '----' 'ORTE has lost communication with a remote daemon.' '' "
+                               "'  HNP daemon   : [[4711,0],0] on node h1' "
+                               "'  Remote daemon: [[4711,0],1] on node h2' '' "
+                               "'This is usually due to either a failure of the TCP network' >&2\n"
+                               f"sleep 600 & echo $! > {d}/child\nwait\n")
             start = time.monotonic()
             r = run(["-np", "2", "--link-timeout=10", "--mpirun", fake, PROBE])
             took = time.monotonic() - start
@@ -304,12 +310,8 @@ class FailingRank(unittest.TestCase):
         # cohortrun) and waits. The monitor is then stopped, its connection left open, as
         # behind a link that went down: only cohortrun's watch can end the job.
         with tempfile.TemporaryDirectory() as d:
-            fake = os.path.join(d, "mpirun")
-            with open(fake, "w") as f:
-                f.write("#!/bin/sh\ntrap '' TERM INT HUP\n"
-                        "for a in \"$@\"; do case \"$a\" in */cohortrun-monitor) monitor=$a ;; esac; done\n"
-                        f"OMPI_COMM_WORLD_RANK=1 \"$monitor\" -- sleep 600 & echo $! > {d}/monitor\nwait\n")
-            os.chmod(fake, 0o755)
+            fake = fake_mpirun(d, "for a in \"$@\"; do case \"$a\" in */cohortrun-monitor) monitor=$a ;; esac; done\n"
+                               f"OMPI_COMM_WORLD_RANK=1 \"$monitor\" -- sleep 600 & echo $! > {d}/monitor\nwait\n")
             job = subprocess.Popen([COHORTRUN, "-np", "2", "-H", "localhost:2", "--link-timeout=10", "--mpirun", fake,
                                     PROBE], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             wait_for(lambda: os.path.exists(os.path.join(d, "monitor")), 10, "the fake mpirun to start the monitor")
