@@ -9,7 +9,9 @@
 # from a list) it must interleave the runs, take their medians, judge the ratio against
 # 0.98, report a precision cohort refuses as N/A, and do without PyTorch. The sanitizer
 # stages (a stub compute-sanitizer) pass clean runs, fail a hazard found, and are N/A
-# without compute-sanitizer.
+# without compute-sanitizer. Under --time-limit (stub runs that sleep) it must skip the
+# rounds that would not fit, stop a run at the limit (CUT), leave later stages UNRUN,
+# and keep the summary in LOGS/summary.txt.
 #   gpu_check_stubs.sh SCRIPTS/gpu-check
 set -uo pipefail
 gpu_check=$1
@@ -80,6 +82,7 @@ if [ "$model" = resnet50 ]; then
   list=STUB_COHORT_$precision
   [ -z "${!list:-}" ] || ips=$(next "cohort-$precision" "${!list}")
   [ "$ips" != fail ] || { echo "cohort-train: step 3: cudaErrorIllegalAddress" >&2; exit 1; }
+  [ -z "${STUB_SLEEP:-}" ] || sleep "$STUB_SLEEP"
 fi
 top1=${STUB_TOP1_CPU:-0.8312} device=cpu
 if [ "$dev" = cuda ]; then top1=${STUB_TOP1_CUDA:-0.8290} device=${STUB_GPU_DEVICE:-cuda:0}; fi
@@ -272,6 +275,33 @@ check "--perf fails a PyTorch run on another card" 1 \
 check "--perf fails a cohort run that fails for another reason than its precision" 1 \
   '^perf-bf16 +FAIL .*cohort-train run 2 exited 1' '^perf-f32 +PASS' \
   -- STUB_COHORT_bf16="990 fail 990" -- --perf --only perf-f32,perf-bf16 --python "$work/python3"
+
+# --time-limit 20 (no command starts with less than 2 s left), each cohort ResNet-50 run
+# 7 s: perf-f32's third round would not fit after two (t = 14 s), perf-bf16's first
+# cohort run is stopped at the limit (t = 20 s), perf-h2d never starts.
+check "--time-limit: rounds that would not fit are skipped, a run is stopped at the limit, later stages are UNRUN" 1 \
+  '^    rounds 3 to 3 not started: the last took [0-9]+ s' \
+  '^perf-f32 +PASS .*cohort 1000\.0 images/sec \(median of 2\), PyTorch 2500\.0 images/sec \(median of 2\): ratio 0\.400, .*; the time limit left room for 2 runs of 3$' \
+  '^perf-bf16 +CUT .*the 20 s time limit stopped it: cohort-train run 1 exited 124' \
+  '^perf-h2d +UNRUN .*not started: [0-9]+ s of the 20 s time limit left' \
+  '^== gpu-check summary: .* s in all \(time limit 20 s\)' \
+  '^f32 +1000\.0 \(2 runs\) +2500\.0 \(2 runs\) +0\.400 ' \
+  -- STUB_SLEEP=7 STUB_COHORT_f32="900 1100 1000" STUB_TORCH_f32="2600 2400 2500" \
+  -- --only perf-f32,perf-bf16,perf-h2d --time-limit 20 --python "$work/python3"
+if ! grep -Eq '^perf-h2d +UNRUN' "$work/logs/summary.txt" || ! grep -Eq '^f32 +1000\.0 \(2 runs\)' "$work/logs/summary.txt"; then
+  echo "FAIL: LOGS/summary.txt lacks the summary or the speed table:"; cat "$work/logs/summary.txt"; fails=1
+else
+  echo "ok: the summary and the speed table are in LOGS/summary.txt"
+fi
+check "--only runs its stages in the order given, each once" 0 '^perf-bf16 +PASS' '^perf-f32 +PASS' \
+  -- -- --only perf-bf16,perf-f32,perf-bf16 --perf-runs 1 --python "$work/python3"
+order=$(cut -d' ' -f1,2 "$STUB_STATE/order" | tr '\n' ,)
+if [ "$order" = "cohort bf16,torch bf16,cohort f32,torch f32," ]; then
+  echo "ok: the stages run in --only's order"
+else
+  echo "FAIL: runs in the order $order, expected bf16's before f32's, once each"; fails=1
+fi
+check "--time-limit needs at least 10 s" 2 'gpu-check: --time-limit needs a whole number >= 10' -- -- --time-limit 5
 
 # compute-sanitizer: a stub on PATH that runs the test and reports as found what
 # STUB_SANITIZER_ERRORS names (tools).
