@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/logging.h"
 #include "core/status.h"
 #include "tensor/cuda_graph.h"
 #include "tensor/device_api.h"
@@ -52,10 +53,17 @@ class CudaApi final : public DeviceApi {
     check(rc, "cudaMalloc");
     return p;
   }
+  // A destructor path: a failure cannot be thrown from here. It is logged, and taken
+  // off CUDA's last-error slot so that the next launch's check does not report it as
+  // its own (an error that poisons the context stays and surfaces there anyway).
   void deallocate(int id, void* p) override {
     if (!p) return;
-    cudaSetDevice(id);
-    cudaFree(p);  // a destructor path: an error here has nowhere to go
+    cudaError_t rc = cudaSetDevice(id);
+    if (rc == cudaSuccess) rc = cudaFree(p);
+    if (rc != cudaSuccess) {
+      cudaGetLastError();
+      COHORT_LOG_WARN("freeing ", p, " on cuda:", id, " failed: ", cudaGetErrorString(rc), " (error ", int(rc), ")");
+    }
   }
   // On the default stream (a copy asked for with a host stream) a call first waits for
   // all work on the device: cohort's streams do not wait for the legacy default stream,
