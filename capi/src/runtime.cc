@@ -1,5 +1,7 @@
 #include "runtime/runtime.h"
 
+#include <type_traits>
+
 #include "core/threads.h"
 #include "handles.h"
 #include "runtime/mpi_process.h"
@@ -11,10 +13,13 @@ using capi::guard;
 using capi::need;
 
 namespace {
-const Runtime& live(const cohort_runtime_t* rt) {
+// The runtime behind a handle, const as the handle is.
+template <typename Handle>
+auto& live(Handle* rt) {
   need(rt, "runtime");
   mpi_process::check_not_poisoned();
-  return *rt->runtime;
+  using R = std::conditional_t<std::is_const_v<Handle>, const Runtime, Runtime>;
+  return static_cast<R&>(*rt->runtime);
 }
 }  // namespace
 
@@ -90,6 +95,29 @@ COHORT_API cohort_status_t cohort_runtime_engine_stats(const cohort_runtime_t* r
     full.held = e.held;
     capi::write_out(stats, full, "stats");
   });
+}
+
+COHORT_API cohort_status_t cohort_runtime_memory_stats(const cohort_runtime_t* runtime, cohort_memory_stats_t* stats) {
+  return guard("cohort_runtime_memory_stats", [&] {
+    capi::check_struct_size<cohort_memory_stats_t>(need(stats, "stats")->struct_size, "stats");
+    const Runtime& rt = live(runtime);
+    const MemoryStats m = rt.memory().stats_of(rt.device());
+    cohort_memory_stats_t full{};
+    full.device_id = rt.device().kind == Device::Kind::kCuda ? rt.device().id : -1;
+    full.in_use_bytes = m.in_use;
+    full.reserved_bytes = m.reserved;
+    full.peak_in_use_bytes = m.peak_in_use;
+    full.peak_reserved_bytes = m.peak_reserved;
+    full.requests = m.requests;
+    full.cache_hits = m.cache_hits;
+    full.device_allocations = m.device_allocations;
+    full.device_frees = m.device_frees;
+    capi::write_out(stats, full, "stats");
+  });
+}
+
+COHORT_API cohort_status_t cohort_runtime_empty_cache(cohort_runtime_t* runtime) {
+  return guard("cohort_runtime_empty_cache", [&] { live(runtime).memory().empty_caches(); });
 }
 
 COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, int* rank) {

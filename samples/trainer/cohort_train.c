@@ -715,6 +715,32 @@ static int staleness(const trainer_t* t, cohort_run_summary_t* rs) {
   return 0;
 }
 
+/* The device memory cache's peaks over the run, the largest of the ranks whose models
+ * compute on a GPU (collective); computed 0 where none does. */
+typedef struct {
+  int computed;                      /* some rank's models compute on a GPU */
+  double peak_in_use, peak_reserved; /* bytes */
+} device_memory_t;
+
+static int device_memory(const trainer_t* t, device_memory_t* out) {
+  cohort_memory_stats_t m = {.struct_size = sizeof m};
+  CHECK(cohort_runtime_memory_stats(t->rt, &m), "reading the device memory's statistics");
+  double v[3] = {m.device_id >= 0 ? 1 : 0, (double)m.peak_in_use_bytes, (double)m.peak_reserved_bytes};
+  CHECK(allreduce_f64(t->rt, "trainer/device_memory", v, 3, 1), "finding the largest device memory");
+  out->computed = v[0] > 0;
+  out->peak_in_use = v[1];
+  out->peak_reserved = v[2];
+  return 0;
+}
+
+static void print_device_memory(const device_memory_t* m) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  printf(
+      "device memory (the largest rank): peak %.2f GiB in use, %.2f GiB reserved by cohort's cache "
+      "(cuDNN's, cuBLAS's and NCCL's own not counted)\n",
+      m->peak_in_use / gib, m->peak_reserved / gib);
+}
+
 /* --profile: the library's per-layer table of the measured steps. */
 static void print_profile(const trainer_t* t) {
   size_t needed = 0;
@@ -769,7 +795,8 @@ static void print_input_report(const trainer_t* t, const cohort_pipeline_stats_t
 
 static void print_json_summary(const trainer_t* t, const plan_t* plan, const progress_t* p,
                                const cohort_rate_summary_t* rates, double loss, const cohort_eval_result_t* ev,
-                               int64_t skipped, const engine_per_step_t* engine, cohort_run_summary_t rs) {
+                               int64_t skipped, const engine_per_step_t* engine, const device_memory_t* memory,
+                               cohort_run_summary_t rs) {
   char device[32] = "cpu";
   cohort_runtime_device(t->rt, device, sizeof device, NULL);
   rs.model = t->set.model;
@@ -789,13 +816,17 @@ static void print_json_summary(const trainer_t* t, const plan_t* plan, const pro
   rs.top1 = ev->top1;
   rs.top5 = ev->top5;
   rs.wall_s = now_s() - t->wall_start;
-  char extra[320];
+  char extra[512];
   int len = snprintf(extra, sizeof extra, "\"skipped\": %lld", (long long)skipped);
   if (engine)
+    len += snprintf(extra + len, sizeof extra - (size_t)len,
+                    ", \"engine\": {\"cycles_per_step\": %.3f, \"full_exchanges_per_step\": %.3f, "
+                    "\"operations_per_step\": %.3f, \"fused_batches_per_step\": %.3f}",
+                    engine->cycles, engine->full_exchanges, engine->operations, engine->fused_batches);
+  if (memory->computed)
     snprintf(extra + len, sizeof extra - (size_t)len,
-             ", \"engine\": {\"cycles_per_step\": %.3f, \"full_exchanges_per_step\": %.3f, "
-             "\"operations_per_step\": %.3f, \"fused_batches_per_step\": %.3f}",
-             engine->cycles, engine->full_exchanges, engine->operations, engine->fused_batches);
+             ", \"device_memory\": {\"peak_in_use_bytes\": %.0f, \"peak_reserved_bytes\": %.0f}", memory->peak_in_use,
+             memory->peak_reserved);
   rs.extra_json = extra;
   size_t needed = 0;
   cohort_run_summary_json(&rs, NULL, 0, &needed);
@@ -819,8 +850,9 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_pipeline_stats_t input;
   cohort_thread_cpu_t threads = {.struct_size = sizeof threads};
   int measured = 0;
+  device_memory_t memory = {0};
   if (mean_loss(t, &loss) || pipeline_totals(t, &input, &read) || staleness(t, &rs) ||
-      thread_accounting(t, p->step, &threads, &measured))
+      thread_accounting(t, p->step, &threads, &measured) || device_memory(t, &memory))
     return 1;
   if (measured) rs.threads = &threads;
   const int64_t skipped = input.skipped;
@@ -837,12 +869,14 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   if (rs.input) print_input_report(t, &input);
   if (rs.threads) print_accounting(rs.threads);
   if (engine_measured) print_engine_per_step(&engine);
+  if (memory.computed) print_device_memory(&memory);
   if (rs.has_staleness)
     printf("staleness: %.2f updates behind on average, %lld at most\n", rs.staleness_mean, (long long)rs.staleness_max);
   if (t->set.eval)
     printf("Accuracy @ 1 = %.4f Accuracy @ 5 = %.4f [%lld examples], loss %.4f\n", ev.top1, ev.top5,
            (long long)ev.samples, ev.loss);
-  if (t->set.json) print_json_summary(t, plan, p, &rates, loss, &ev, skipped, engine_measured ? &engine : NULL, rs);
+  if (t->set.json)
+    print_json_summary(t, plan, p, &rates, loss, &ev, skipped, engine_measured ? &engine : NULL, &memory, rs);
   fflush(stdout);
   return 0;
 }

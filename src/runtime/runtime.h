@@ -44,6 +44,7 @@ class Runtime {
   Device device() const { return device_; }
   // This runtime's allocators (host, pinned host, a caching allocator per device).
   Memory& memory() { return *memory_; }
+  const Memory& memory() const { return *memory_; }
   // GPUs visible to this process.
   int cuda_device_count() const { return cuda_device_count_; }
   // The CUDA ordinal collectives of CUDA tensors run on for this rank, or -1 when they

@@ -26,4 +26,15 @@ std::vector<std::pair<Device, MemoryStats>> Memory::device_stats() const {
   return out;
 }
 
+MemoryStats Memory::stats_of(Device d) const {
+  std::lock_guard lock(mu_);
+  auto it = devices_.find({static_cast<int>(d.kind), d.id});
+  return it == devices_.end() ? MemoryStats{} : it->second->stats();
+}
+
+void Memory::empty_caches() {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, a] : devices_) a->empty_cache();
+}
+
 }  // namespace cohort

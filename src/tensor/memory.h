@@ -26,6 +26,12 @@ class Memory {
   std::shared_ptr<Allocator> on(Device d);
   // The caching allocators made so far, with their statistics.
   std::vector<std::pair<Device, MemoryStats>> device_stats() const;
+  // The statistics of `d`'s caching allocator: zeros where there is none (the host, whose
+  // memory is neither cached nor counted, or a device nothing has allocated on yet).
+  MemoryStats stats_of(Device d) const;
+  // Gives the memory every caching allocator holds and no stream still uses back to its
+  // device (Allocator::empty_cache).
+  void empty_caches();
 
  private:
   std::shared_ptr<Allocator> host_;

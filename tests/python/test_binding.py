@@ -293,6 +293,26 @@ class Errors(WithRuntime):
                                     data_source="idx")
 
 
+class DeviceMemory(WithRuntime):
+    def test_memory_stats_count_the_compute_devices_cache_and_nothing_on_the_cpu(self):
+        with cohort.Model(self.rt, "trivial", image_size=8):
+            m = self.rt.memory_stats()
+        fields = ("in_use_bytes", "reserved_bytes", "peak_in_use_bytes", "peak_reserved_bytes", "requests",
+                  "cache_hits", "device_allocations", "device_frees")
+        if self.rt.device == "cpu":
+            self.assertEqual(m.device_id, -1)
+            self.assertEqual([getattr(m, f) for f in fields], [0] * len(fields))
+        else:  # the model's parameters came from the cache
+            self.assertEqual(self.rt.device, f"cuda:{m.device_id}")
+            self.assertGreater(m.requests, 0)
+            self.assertGreaterEqual(m.peak_in_use_bytes, m.in_use_bytes)
+            self.assertGreaterEqual(m.reserved_bytes, m.in_use_bytes)
+        self.rt.empty_cache()
+        after = self.rt.memory_stats()
+        self.assertLessEqual(after.reserved_bytes, m.reserved_bytes)
+        self.assertEqual(after.peak_reserved_bytes, m.peak_reserved_bytes)
+
+
 class DLPack(WithRuntime):
     """Batches, parameters and results reach NumPy without copies, and arrays go in."""
 

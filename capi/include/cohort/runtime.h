@@ -138,6 +138,52 @@ typedef struct cohort_engine_stats_t {
  */
 COHORT_API cohort_status_t cohort_runtime_engine_stats(const cohort_runtime_t* runtime, cohort_engine_stats_t* stats);
 
+/** @brief What the memory cache of the device a runtime's models compute on holds and has
+ *         done (filled by cohort_runtime_memory_stats()). Bytes are counted as the cache
+ *         rounds requests (at most 25 % above them). The cache serves every tensor cohort
+ *         makes on the device: parameters, gradients, optimizer state, activations,
+ *         workspaces, input batches, collectives' buffers. What cuDNN, cuBLAS and NCCL
+ *         allocate for themselves, and the CUDA context, are not counted. */
+typedef struct cohort_memory_stats_t {
+  size_t struct_size;           /**< Set by the caller to sizeof(cohort_memory_stats_t). */
+  int device_id;                /**< The CUDA device the figures are for, or -1 when models compute on the
+                                     CPU, whose memory is neither cached nor counted (every figure 0). */
+  uint64_t in_use_bytes;        /**< Handed out to tensors that are alive now. */
+  uint64_t reserved_bytes;      /**< Held from the device: in use, cached for reuse, or waiting for a
+                                     stream that still reads it. */
+  uint64_t peak_in_use_bytes;   /**< The most in use at once so far. */
+  uint64_t peak_reserved_bytes; /**< The most held at once so far. */
+  uint64_t requests;            /**< Allocations asked of the cache. */
+  uint64_t cache_hits;          /**< Of those, served from memory it held. */
+  uint64_t device_allocations;  /**< Blocks it asked the device for (cudaMalloc). */
+  uint64_t device_frees;        /**< Blocks it gave back (cohort_runtime_empty_cache(), or to retry an
+                                     allocation the device refused). */
+} cohort_memory_stats_t;
+
+/**
+ * @brief The memory cache of the runtime's compute device so far (see
+ *        ::cohort_memory_stats_t): how much a run holds at its peak, and whether its
+ *        steps still ask the device for memory (after the first steps they should not).
+ *        Thread-safe; not collective; cheap.
+ * @param runtime The runtime.
+ * @param[in,out] stats Caller-owned; set stats->struct_size = sizeof(*stats) first.
+ * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for NULL arguments or a bad
+ *   struct_size; ::COHORT_ERR_INVALID_STATE once the runtime is shut down.
+ */
+COHORT_API cohort_status_t cohort_runtime_memory_stats(const cohort_runtime_t* runtime, cohort_memory_stats_t* stats);
+
+/**
+ * @brief Gives the device memory that the runtime's caches hold, and that no tensor and
+ *        no stream still uses, back to the device, for another program or library on the
+ *        same GPU. Tensors stay valid; later allocations ask the device again, which costs
+ *        time. Peaks are kept. A no-op when models compute on the CPU. Thread-safe; not
+ *        collective.
+ * @param runtime The runtime.
+ * @return ::COHORT_OK; ::COHORT_ERR_INVALID_ARGUMENT for a NULL runtime;
+ *   ::COHORT_ERR_INVALID_STATE once the runtime is shut down.
+ */
+COHORT_API cohort_status_t cohort_runtime_empty_cache(cohort_runtime_t* runtime);
+
 /** @brief This process's rank. Thread-safe. */
 COHORT_API cohort_status_t cohort_runtime_rank(const cohort_runtime_t* runtime, int* rank);
 

@@ -85,6 +85,13 @@ class EngineStats(Structure):  # cohort_engine_stats_t (runtime.h)
                 ("cache_hits", c_uint64), ("fused_batches", c_uint64), ("completed", c_uint64), ("held", c_uint64)]
 
 
+class MemoryStats(Structure):  # cohort_memory_stats_t (runtime.h)
+    _fields_ = [("struct_size", c_size_t), ("device_id", c_int), ("in_use_bytes", c_uint64),
+                ("reserved_bytes", c_uint64), ("peak_in_use_bytes", c_uint64), ("peak_reserved_bytes", c_uint64),
+                ("requests", c_uint64), ("cache_hits", c_uint64), ("device_allocations", c_uint64),
+                ("device_frees", c_uint64)]
+
+
 class AllreduceOptions(Structure):  # cohort_allreduce_options_t (collectives.h)
     _fields_ = [("struct_size", c_size_t), ("op", c_int), ("prescale", c_double), ("postscale", c_double)]
 
@@ -176,6 +183,7 @@ STRUCTS = {
     "cohort_checkpoint_info_t": CheckpointInfo, "cohort_rate_summary_t": RateSummary,
     "cohort_run_summary_t": RunSummary, "cohort_optimizer_info_t": OptimizerInfo,
     "cohort_step_record_t": StepRecord, "cohort_cpu_times_t": CpuTimes, "cohort_engine_stats_t": EngineStats,
+    "cohort_memory_stats_t": MemoryStats,
     "cohort_over_ranks_t": OverRanks,
     "cohort_thread_cpu_t": ThreadCpu,
 }
@@ -234,6 +242,8 @@ FUNCTIONS = {
     "cohort_runtime_info": (STATUS, [H, POINTER(RuntimeInfo)]),
     "cohort_runtime_cpu_times": (STATUS, [H, POINTER(CpuTimes)]),
     "cohort_runtime_engine_stats": (STATUS, [H, POINTER(EngineStats)]),
+    "cohort_runtime_memory_stats": (STATUS, [H, POINTER(MemoryStats)]),
+    "cohort_runtime_empty_cache": (STATUS, [H]),
     "cohort_runtime_rank": (STATUS, [H, IP]),
     "cohort_runtime_size": (STATUS, [H, IP]),
     "cohort_runtime_device": (STATUS, [H, c_char_p, c_size_t, SZ]),

@@ -444,6 +444,18 @@ class Runtime(_Handle):
         full_exchanges, cache_hits, fused_batches, completed (operations) and held."""
         return Record(_filled(_capi.EngineStats, lib().cohort_runtime_engine_stats, self.handle))
 
+    def memory_stats(self):
+        """The memory cache of the device models compute on: device_id (-1 on the CPU, whose
+        memory is not counted: every figure 0), in_use_bytes, reserved_bytes,
+        peak_in_use_bytes, peak_reserved_bytes, requests, cache_hits, device_allocations
+        and device_frees (cohort_runtime_memory_stats)."""
+        return Record(_filled(_capi.MemoryStats, lib().cohort_runtime_memory_stats, self.handle))
+
+    def empty_cache(self):
+        """Gives the device memory the caches hold and nothing uses back to the device
+        (cohort_runtime_empty_cache); a no-op on the CPU."""
+        lib().cohort_runtime_empty_cache(self.handle)
+
     rank = property(lambda self: self._info.rank)
     size = property(lambda self: self._info.size)
     local_rank = property(lambda self: self._info.local_rank)

@@ -220,6 +220,47 @@ static void engine_stats_count_the_collectives(void** state) {
   cohort_runtime_destroy(rt);
 }
 
+/* Device memory: the compute device's cache, nothing counted on the CPU; emptying the
+ * cache keeps the peaks; bad arguments are refused. */
+static void memory_stats_follow_the_compute_device(void** state) {
+  (void)state;
+  cohort_runtime_t* rt = NULL;
+  assert_int_equal(cohort_runtime_create(NULL, &rt), COHORT_OK);
+  cohort_runtime_info_t info = {.struct_size = sizeof info};
+  assert_int_equal(cohort_runtime_info(rt, &info), COHORT_OK);
+  cohort_memory_stats_t m = {.struct_size = sizeof m, .device_id = 99};
+  assert_int_equal(cohort_runtime_memory_stats(rt, &m), COHORT_OK);
+  assert_int_equal(m.device_id, info.device_id);
+  if (info.device_type == COHORT_DEVICE_CPU) {
+    const uint64_t figures[] = {m.in_use_bytes, m.reserved_bytes, m.peak_in_use_bytes,  m.peak_reserved_bytes,
+                                m.requests,     m.cache_hits,     m.device_allocations, m.device_frees};
+    for (size_t i = 0; i < sizeof figures / sizeof figures[0]; ++i) assert_int_equal(figures[i], 0);
+  } else {
+    assert_true(m.peak_in_use_bytes >= m.in_use_bytes && m.reserved_bytes >= m.in_use_bytes);
+    assert_true(m.requests >= m.cache_hits);
+  }
+  assert_int_equal(cohort_runtime_empty_cache(rt), COHORT_OK);
+  cohort_memory_stats_t after = {.struct_size = sizeof after};
+  assert_int_equal(cohort_runtime_memory_stats(rt, &after), COHORT_OK);
+  assert_true(after.reserved_bytes <= m.reserved_bytes);
+  assert_true(after.peak_reserved_bytes == m.peak_reserved_bytes);
+  /* An older caller's struct, up to device_id: filled that far. */
+  cohort_memory_stats_t old = {.struct_size = offsetof(cohort_memory_stats_t, in_use_bytes), .in_use_bytes = 7};
+  assert_int_equal(cohort_runtime_memory_stats(rt, &old), COHORT_OK);
+  assert_int_equal(old.device_id, info.device_id);
+  assert_int_equal(old.in_use_bytes, 7);
+  assert_error(cohort_runtime_memory_stats(NULL, &m), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_memory_stats",
+               "runtime is NULL");
+  assert_error(cohort_runtime_memory_stats(rt, NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_memory_stats",
+               "stats is NULL");
+  m.struct_size = 3;
+  assert_error(cohort_runtime_memory_stats(rt, &m), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_memory_stats",
+               "set it to sizeof(cohort_memory_stats_t)");
+  assert_error(cohort_runtime_empty_cache(NULL), COHORT_ERR_INVALID_ARGUMENT, "cohort_runtime_empty_cache",
+               "runtime is NULL");
+  cohort_runtime_destroy(rt);
+}
+
 static void bad_settings_fail_creation(void** state) {
   (void)state;
   cohort_runtime_t* rt = (cohort_runtime_t*)0x1;
@@ -265,6 +306,7 @@ int main(void) {
       cmocka_unit_test(info_and_query_errors),
       cmocka_unit_test(cpu_times_follow_the_threads),
       cmocka_unit_test(engine_stats_count_the_collectives),
+      cmocka_unit_test(memory_stats_follow_the_compute_device),
       cmocka_unit_test(bad_settings_fail_creation),
       cmocka_unit_test(finalize_is_once_and_final),
   };

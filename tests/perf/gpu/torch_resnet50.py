@@ -3,7 +3,12 @@ resnet50, synthetic data made on the GPU once, SGD (lr 0.1, momentum 0.9, no wei
 decay), cudnn.benchmark on, one GPU, eager mode. Prints one JSON line:
 
   {"schema": "cohort.torch_resnet50/1", "images_per_sec": …, "step_ms": …,
+   "peak_memory_bytes": …, "peak_reserved_bytes": …,
    "device_name": …, "torch": …, "torchvision": …, "cudnn": …, "cuda": …, …}
+
+The peaks are PyTorch's caching allocator's over the whole run (torch.cuda.
+max_memory_allocated and max_memory_reserved), comparable with cohort's run summary's
+"device_memory": neither counts the CUDA context nor cuDNN's and cuBLAS's own memory.
 
 Precisions: f32 with TF32 for convolutions and matrix products (cudnn.allow_tf32 and
 cuda.matmul.allow_tf32); f16 mixed: autocast(float16) + GradScaler; bf16 mixed:
@@ -125,6 +130,8 @@ def main():
         "layout": a.layout, "batch_size": a.batch_size, "warmup_steps": a.warmup, "steps": a.steps,
         "compile": a.compile, "images_per_sec": round(a.batch_size * a.steps / seconds, 2),
         "step_ms": round(1000.0 * seconds / a.steps, 3), "loss": loss if loss == loss else None,
+        "peak_memory_bytes": torch.cuda.max_memory_allocated(dev),
+        "peak_reserved_bytes": torch.cuda.max_memory_reserved(dev),
         "device_name": torch.cuda.get_device_name(dev), "torch": torch.__version__,
         "torchvision": torchvision.__version__, "cudnn": cudnn_version(torch), "cuda": torch.version.cuda,
         **tf32}))

@@ -119,6 +119,30 @@ TEST_F(TestDeviceTest, StatisticsCountInUseReservedAndPeaksAndEmptyCacheGivesMem
   EXPECT_EQ(a->stats().peak_reserved, 512u + 4096u);
 }
 
+TEST_F(TestDeviceTest, ARuntimesMemoryReportsEachDevicesCacheAndEmptiesThemAll) {
+  Memory m;
+  EXPECT_EQ(m.stats_of(Device::cpu()).requests, 0u) << "host memory is not counted";
+  EXPECT_EQ(m.stats_of(kTestDevice).requests, 0u) << "nothing allocated there yet";
+  const size_t before = dev.live_bytes();
+  {
+    Tensor x = Tensor::empty({256}, DType::kF32, *m.on(kTestDevice));  // 1 KiB
+    EXPECT_EQ(m.stats_of(kTestDevice).in_use, 1024u);
+    Tensor h = Tensor::empty({256}, DType::kF32, *m.on(Device::cpu()));
+    EXPECT_EQ(m.stats_of(Device::cpu()).requests, 0u);
+  }
+  const MemoryStats st = m.stats_of(kTestDevice);
+  EXPECT_EQ(st.in_use, 0u);
+  EXPECT_EQ(st.reserved, 1024u);
+  EXPECT_EQ(st.peak_in_use, 1024u);
+  EXPECT_EQ(st.requests, 1u);
+  EXPECT_EQ(st.device_allocations, 1u);
+  m.empty_caches();
+  EXPECT_EQ(m.stats_of(kTestDevice).reserved, 0u);
+  EXPECT_EQ(m.stats_of(kTestDevice).device_frees, 1u);
+  EXPECT_EQ(m.stats_of(kTestDevice).peak_reserved, 1024u) << "peaks stay";
+  EXPECT_EQ(dev.live_bytes(), before);
+}
+
 TEST_F(TestDeviceTest, OutOfMemoryEmptiesTheCacheAndRetriesThenNamesTheSizeAndDevice) {
   auto a = make_caching_allocator(kTestDevice, dev);
   dev.set_capacity(dev.live_bytes() + 8192);

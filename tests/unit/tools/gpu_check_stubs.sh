@@ -84,15 +84,18 @@ if [ "$model" = resnet50 ]; then
   [ "$ips" != fail ] || { echo "cohort-train: step 3: cudaErrorIllegalAddress" >&2; exit 1; }
   [ -z "${STUB_SLEEP:-}" ] || sleep "$STUB_SLEEP"
 fi
-top1=${STUB_TOP1_CPU:-0.8312} device=cpu
-if [ "$dev" = cuda ]; then top1=${STUB_TOP1_CUDA:-0.8290} device=${STUB_GPU_DEVICE:-cuda:0}; fi
+top1=${STUB_TOP1_CPU:-0.8312} device=cpu memory=""
+if [ "$dev" = cuda ]; then
+  top1=${STUB_TOP1_CUDA:-0.8290} device=${STUB_GPU_DEVICE:-cuda:0}
+  memory=", \"device_memory\": {\"peak_in_use_bytes\": ${STUB_COHORT_PEAK:-21474836480}, \"peak_reserved_bytes\": 23622320128}"
+fi
 if [ -n "$csv" ]; then
   echo "step,epoch,loss,lr,step_time_s,data_wait_s,comm_exposed_s,images_per_sec" >"$csv"
   awk 'BEGIN { for (i = 1; i <= 300; i++) printf "%d,0.01,%.4f,0.1,0.01,0,0,5000\n", i, 2.3 - 1.7 * i / 300 }' >>"$csv"
 fi
 echo "total images/sec: 1001.50"
 echo "Accuracy @ 1 = $top1 Accuracy @ 5 = 0.9900 [10000 examples], loss 0.5000"
-echo "{\"schema\": \"cohort.run/1\", \"model\": \"$model\", \"ranks\": 1, \"device\": \"$device\", \"precision\": \"$precision\", \"images_per_sec\": {\"median\": 1000.5, \"mean\": $ips, \"stderr\": 1.0, \"jitter\": 1.0}, \"loss\": 0.5, \"top1\": $top1, \"top5\": 0.99, \"wall_s\": 1.0}"
+echo "{\"schema\": \"cohort.run/1\", \"model\": \"$model\", \"ranks\": 1, \"device\": \"$device\", \"precision\": \"$precision\", \"images_per_sec\": {\"median\": 1000.5, \"mean\": $ips, \"stderr\": 1.0, \"jitter\": 1.0}, \"loss\": 0.5, \"top1\": $top1, \"top5\": 0.99, \"wall_s\": 1.0, \"skipped\": 0$memory}"
 EOF
 stub "$b/samples/gpu_tools/cohort-topo" <<'EOF'
 #!/usr/bin/env bash
@@ -140,8 +143,8 @@ while [ $# -gt 0 ]; do case $1 in --precision) p=$2 ;; --warmup) w=$2 ;; --steps
 echo "torch $p --warmup $w --steps $n" >>"$STUB_STATE/order"
 list=STUB_TORCH_$p
 ips=$(next "torch-$p" "${!list:-2519}")
-printf '{"schema": "cohort.torch_resnet50/1", "model": "resnet50", "precision": "%s", "images_per_sec": %s, "device_name": "%s", "torch": "2.11.0+cu130", "torchvision": "0.26.0+cu130", "cudnn": "9.19.0", "cuda": "13.0"}\n' \
-  "$p" "$ips" "${STUB_TORCH_CARD:-Stub GPU}"
+printf '{"schema": "cohort.torch_resnet50/1", "model": "resnet50", "precision": "%s", "images_per_sec": %s, "peak_memory_bytes": %s, "peak_reserved_bytes": 27917287424, "device_name": "%s", "torch": "2.11.0+cu130", "torchvision": "0.26.0+cu130", "cudnn": "9.19.0", "cuda": "13.0"}\n' \
+  "$p" "$ips" "${STUB_TORCH_PEAK:-25769803776}" "${STUB_TORCH_CARD:-Stub GPU}"
 EOF
 
 # The GoogleTest executables gpu-check looks for, each with one passing test.
@@ -182,7 +185,7 @@ check "every stage passes" 0 \
   '^mnist-np2 +PASS ' \
   '^mnist-mixed +PASS .*GPU f16: loss 2\.269 -> 0\.626 .*top-1 82\.90% \(-0\.22 points\).*GPU bf16: .*CPU f32: top-1 83\.12%' \
   '^mnist-graphs +PASS .*GPU f16: loss 2\.269 -> 0\.626 .*CPU f32: top-1 83\.12%' \
-  '^resnet50 +PASS .*1001\.5 images/sec' \
+  '^resnet50 +PASS .*1001\.5 images/sec .*, peak 20\.00 GiB of device memory in use$' \
   '^bandwidth +PASS .*H2D pinned 54\.61, D2H pinned 54\.10, H2D pageable 7\.50, D2H pageable 11\.50, D2D 1450\.00' \
   '^allreduce +PASS .*one GPU: the path works' \
   '^== gpu-check summary: 1 GPU\(s\), Stub GPU' -- STUB=1
@@ -200,15 +203,17 @@ check "a GPU run that computed on the CPU fails" 1 \
 check "--perf reports medians, ratios and goals, and a refused precision as N/A" 0 \
   '^perf-f32 +PASS .*cohort 1000\.0 images/sec \(median of 3\), PyTorch 2500\.0 images/sec \(median of 3\): ratio 0\.400, goal \(>= 0\.98\) not met' \
   '^perf-f16 +N/A .*cohort refuses precision=f16 on the GPU \(cohort-train: .*precision=f16 is not available.*PyTorch 4742\.0 images/sec \(1 run\)' \
-  '^perf-bf16 +PASS .*cohort 980\.0 .*PyTorch 1000\.0 .*ratio 0\.980, goal \(>= 0\.98\) met' \
+  '^perf-bf16 +PASS .*cohort 980\.0 .*PyTorch 1000\.0 .*ratio 0\.980, goal \(>= 0\.98\) met; peak GiB in use \(cohort / PyTorch\) 20\.00 / 24\.00$' \
+  '^    cohort run 1: 980 images/sec, peak 20\.00 GiB in use$' '^    PyTorch run 1: 1000 images/sec, peak 24\.00 GiB in use$' \
   '^perf-h2d +PASS .*H2D pinned 53\.10 GB/s \(median of 3\), goal \(>= 52 GB/s\) met' \
   '^== speed on Stub GPU: ResNet-50, synthetic data, NHWC, batch 256; median of 3 runs of 30 steps after 10 warm-up' \
   '^   reference: .*PyTorch 2\.11\.0\+cu130, torchvision 0\.26\.0\+cu130, cuDNN 9\.19\.0' \
-  '^precision +cohort img/s +PyTorch img/s +ratio +time \(cohort/PT\) +goal \(ratio >= 0\.98\)$' \
-  '^f32 +1000\.0 +2500\.0 +0\.400 +[0-9]+ s / [0-9]+ s +not met$' \
-  '^f16 +- +4742\.0 \(1 run\) +- +[0-9]+ s / [0-9]+ s +not available on the GPU in this build$' \
-  '^bf16 +980\.0 +1000\.0 +0\.980 +[0-9]+ s / [0-9]+ s +met$' \
-  '^f16-graphs +- +4742\.0 \(1 run\) +- +[0-9]+ s / [0-9]+ s +not available on the GPU in this build$' \
+  '^precision +cohort img/s +PyTorch img/s +ratio +time \(cohort/PT\) +peak GiB \(cohort/PT\) +goal \(ratio >= 0\.98\)$' \
+  '^f32 +1000\.0 +2500\.0 +0\.400 +[0-9]+ s / [0-9]+ s +20\.00 / 24\.00 +not met$' \
+  '^f16 +- +4742\.0 \(1 run\) +- +[0-9]+ s / [0-9]+ s +- / 24\.00 +not available on the GPU in this build$' \
+  '^bf16 +980\.0 +1000\.0 +0\.980 +[0-9]+ s / [0-9]+ s +20\.00 / 24\.00 +met$' \
+  '^f16-graphs +- +4742\.0 \(1 run\) +- +[0-9]+ s / [0-9]+ s +- / 24\.00 +not available on the GPU in this build$' \
+  '^   \(peak GiB: the most device memory each program.s caching allocator handed out' \
   '^H2D pinned, 256 MiB \(cohort-bandwidth, median of 3\): 53\.10 GB/s; goal >= 52 GB/s: met' \
   -- STUB_COHORT_f32="900 1100 1000" STUB_TORCH_f32="2600 2400 2500" STUB_REFUSE=f16 STUB_TORCH_f16="4742" \
      STUB_COHORT_bf16="980 975 990" STUB_TORCH_bf16="1000 990 1010" STUB_H2D="53.1 51.0 54.6" \
@@ -236,7 +241,7 @@ check "a variant compares with its precision's PyTorch runs of the same call" 0 
   '^perf-f16 +PASS .*cohort 4700\.0 images/sec \(median of 3\), PyTorch 4800\.0 images/sec \(median of 3\): ratio 0\.979' \
   "^perf-f16-bn-kernels +PASS .*cohort 4750\.0 images/sec \(median of 3\), PyTorch 4800\.0 images/sec \(median of 3, perf-f16's PyTorch runs of this call\): ratio 0\.990, goal \(>= 0\.98\) met" \
   "^    time: cohort [0-9]+ s for 3 runs; PyTorch: perf-f16's PyTorch runs of this call" \
-  '^f16-bn-kernels +4750\.0 +4800\.0 +0\.990 ' \
+  '^f16-bn-kernels +4750\.0 +4800\.0 +0\.990 +[0-9]+ s / [0-9]+ s +20\.00 / 24\.00 +met$' \
   -- STUB_COHORT_f16="4700 4690 4710 4750 4740 4760" STUB_TORCH_f16="4800 4790 4810" \
   -- --only perf-f16,perf-f16-bn-kernels --python "$work/python3"
 order=$(cut -d' ' -f1,2 "$STUB_STATE/order" | tr '\n' ,)
@@ -266,7 +271,7 @@ else
 fi
 check "--perf without PyTorch measures cohort alone" 0 \
   '^perf-f32 +PASS .*cohort 1000\.0 images/sec \(median of 3\); no PyTorch reference: .*cannot import torch' \
-  '^f32 +1000\.0 +- +- +[0-9]+ s / [0-9]+ s +no reference$' \
+  '^f32 +1000\.0 +- +- +[0-9]+ s / [0-9]+ s +20\.00 / - +no reference$' \
   '^   no PyTorch reference: .*python3 cannot import torch \(ModuleNotFoundError' \
   -- STUB_COHORT_f32="1000" STUB_NO_TORCH=1 -- --perf --only perf-f32 --python "$work/python3"
 check "--perf fails a PyTorch run on another card" 1 \
