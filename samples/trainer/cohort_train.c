@@ -715,8 +715,8 @@ static int staleness(const trainer_t* t, cohort_run_summary_t* rs) {
   return 0;
 }
 
-/* The device memory cache's peaks over the run, the largest of the ranks whose models
- * compute on a GPU (collective); computed 0 where none does. */
+/* The device memory cache's peaks over the run, each the largest over the ranks
+ * (collective); computed 0 where no rank's models compute on a GPU. */
 typedef struct {
   int computed;                      /* some rank's models compute on a GPU */
   double peak_in_use, peak_reserved; /* bytes */
@@ -736,7 +736,7 @@ static int device_memory(const trainer_t* t, device_memory_t* out) {
 static void print_device_memory(const device_memory_t* m) {
   const double gib = 1024.0 * 1024.0 * 1024.0;
   printf(
-      "device memory (the largest rank): peak %.2f GiB in use, %.2f GiB reserved by cohort's cache "
+      "device memory (the largest of the ranks): peak %.2f GiB in use, %.2f GiB reserved by cohort's cache "
       "(cuDNN's, cuBLAS's and NCCL's own not counted)\n",
       m->peak_in_use / gib, m->peak_reserved / gib);
 }
@@ -850,15 +850,16 @@ static int report(trainer_t* t, const plan_t* plan, progress_t* p) {
   cohort_pipeline_stats_t input;
   cohort_thread_cpu_t threads = {.struct_size = sizeof threads};
   int measured = 0;
-  device_memory_t memory = {0};
   if (mean_loss(t, &loss) || pipeline_totals(t, &input, &read) || staleness(t, &rs) ||
-      thread_accounting(t, p->step, &threads, &measured) || device_memory(t, &memory))
+      thread_accounting(t, p->step, &threads, &measured))
     return 1;
   if (measured) rs.threads = &threads;
   const int64_t skipped = input.skipped;
   if (t->set.data_dir[0]) rs.input = &input; /* synthetic data has no pipeline work */
   cohort_eval_result_t ev = {.struct_size = sizeof ev};
   if (t->set.eval && evaluate(t, p, NULL, &ev)) return 1;
+  device_memory_t memory = {0}; /* after the evaluation, whose memory counts too */
+  if (device_memory(t, &memory)) return 1;
   if (t->rank != 0) return 0;
   printf("----------------------------------------------------------------\n");
   printf("images/sec: %.1f +/- %.1f (jitter = %.1f)\n", own.mean, own.std_error, own.jitter);

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/logging.h"
 #include "core/status.h"
@@ -53,17 +54,20 @@ class CudaApi final : public DeviceApi {
     check(rc, "cudaMalloc");
     return p;
   }
-  // A destructor path: a failure cannot be thrown from here. It is logged, and taken
-  // off CUDA's last-error slot so that the next launch's check does not report it as
-  // its own (an error that poisons the context stays and surfaces there anyway).
+  // A destructor path: a failure cannot be thrown from here. It is taken off CUDA's
+  // last-error slot, so that the next launch's check does not report it as its own (an
+  // error that poisons the context stays and surfaces there anyway), and the first one
+  // is logged; none is while the process exits (CUDA unloading, its context gone).
   void deallocate(int id, void* p) override {
     if (!p) return;
     cudaError_t rc = cudaSetDevice(id);
     if (rc == cudaSuccess) rc = cudaFree(p);
-    if (rc != cudaSuccess) {
-      cudaGetLastError();
-      COHORT_LOG_WARN("freeing ", p, " on cuda:", id, " failed: ", cudaGetErrorString(rc), " (error ", int(rc), ")");
-    }
+    if (rc == cudaSuccess) return;
+    cudaGetLastError();
+    if (rc == cudaErrorCudartUnloading || rc == cudaErrorContextIsDestroyed) return;
+    if (!free_failed_.exchange(true))
+      COHORT_LOG_WARN("freeing ", p, " on cuda:", id, " failed: ", cudaGetErrorString(rc), " (error ", int(rc),
+                      "); later failed frees are not logged");
   }
   // On the default stream (a copy asked for with a host stream) a call first waits for
   // all work on the device: cohort's streams do not wait for the legacy default stream,
@@ -140,6 +144,9 @@ class CudaApi final : public DeviceApi {
   void launch_graph(const std::shared_ptr<void>& graph, const Stream& s) override {
     check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), native(s)), "cudaGraphLaunch");
   }
+
+ private:
+  std::atomic<bool> free_failed_{false};  // a failed free was logged
 };
 
 }  // namespace

@@ -33,8 +33,12 @@ MemoryStats Memory::stats_of(Device d) const {
 }
 
 void Memory::empty_caches() {
-  std::lock_guard lock(mu_);
-  for (const auto& [key, a] : devices_) a->empty_cache();
+  std::vector<std::shared_ptr<Allocator>> caches;
+  {
+    std::lock_guard lock(mu_);  // not held while the device frees: other threads' on() goes on
+    for (const auto& [key, a] : devices_) caches.push_back(a);
+  }
+  for (const auto& a : caches) a->empty_cache();
 }
 
 }  // namespace cohort

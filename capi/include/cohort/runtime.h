@@ -140,7 +140,8 @@ COHORT_API cohort_status_t cohort_runtime_engine_stats(const cohort_runtime_t* r
 
 /** @brief What the memory cache of the device a runtime's models compute on holds and has
  *         done (filled by cohort_runtime_memory_stats()). Bytes are counted as the cache
- *         rounds requests (at most 25 % above them). The cache serves every tensor cohort
+ *         rounds requests: up to 1 MiB to a multiple of 512 bytes, larger ones to at
+ *         most 25 % above them. The cache serves every tensor cohort
  *         makes on the device: parameters, gradients, optimizer state, activations,
  *         workspaces, input batches, collectives' buffers. What cuDNN, cuBLAS and NCCL
  *         allocate for themselves, and the CUDA context, are not counted. */

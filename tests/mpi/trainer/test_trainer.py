@@ -107,6 +107,12 @@ def group_run():
     check(s["schema"] == "cohort.run/1" and s["model"] == "trivial" and s["steps"] == 6 and s["warmup_steps"] == 2
           and s["batch_per_rank"] == 8 and s["global_batch"] == 8 and s["data"] == "synthetic"
           and s["top1"] is None, "summary values", out)
+    on_gpu = s["device"].startswith("cuda")
+    check(("device_memory" in s) == on_gpu and ("device memory (the largest of the ranks): peak " in out) == on_gpu,
+          "the device memory's peaks are reported where a GPU computed, and only there", out)
+    if on_gpu:
+        m = s["device_memory"]
+        check(0 < m["peak_in_use_bytes"] <= m["peak_reserved_bytes"], "peaks in bytes, in use within reserved", out)
     rc, out, err = run(TINY + ["--num_iter=3", "--progress=tty"])
     check(rc == 0 and "\r" in out, "progress=tty draws a live line", repr(out[-300:]))
     rc, out, err = run(TINY + ["--num_iter=2", "--eval", "--synthetic_samples=24", "--json"])

@@ -6,9 +6,11 @@ decay), cudnn.benchmark on, one GPU, eager mode. Prints one JSON line:
    "peak_memory_bytes": …, "peak_reserved_bytes": …,
    "device_name": …, "torch": …, "torchvision": …, "cudnn": …, "cuda": …, …}
 
-The peaks are PyTorch's caching allocator's over the whole run (torch.cuda.
-max_memory_allocated and max_memory_reserved), comparable with cohort's run summary's
-"device_memory": neither counts the CUDA context nor cuDNN's and cuBLAS's own memory.
+The peaks are PyTorch's caching allocator's over the timed steps (torch.cuda.
+max_memory_allocated and max_memory_reserved, reset after the warm-up, whose
+cudnn.benchmark search takes its workspaces from that cache; cohort's search is
+cudnnFind's own), comparable with cohort's run summary's "device_memory": neither
+counts the CUDA context nor cuDNN's and cuBLAS's own memory.
 
 Precisions: f32 with TF32 for convolutions and matrix products (cudnn.allow_tf32 and
 cuda.matmul.allow_tf32); f16 mixed: autocast(float16) + GradScaler; bf16 mixed:
@@ -117,6 +119,7 @@ def main():
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(a.steps):

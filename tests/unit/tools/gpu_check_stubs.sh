@@ -82,7 +82,8 @@ if [ "$model" = resnet50 ]; then
   list=STUB_COHORT_$precision
   [ -z "${!list:-}" ] || ips=$(next "cohort-$precision" "${!list}")
   [ "$ips" != fail ] || { echo "cohort-train: step 3: cudaErrorIllegalAddress" >&2; exit 1; }
-  [ -z "${STUB_SLEEP:-}" ] || sleep "$STUB_SLEEP"
+  sleep_for=STUB_SLEEP_$precision
+  [ -z "${!sleep_for:-}" ] || sleep "${!sleep_for}"
 fi
 top1=${STUB_TOP1_CPU:-0.8312} device=cpu memory=""
 if [ "$dev" = cuda ]; then
@@ -147,11 +148,13 @@ printf '{"schema": "cohort.torch_resnet50/1", "model": "resnet50", "precision": 
   "$p" "$ips" "${STUB_TORCH_PEAK:-25769803776}" "${STUB_TORCH_CARD:-Stub GPU}"
 EOF
 
-# The GoogleTest executables gpu-check looks for, each with one passing test.
+# The GoogleTest executables gpu-check looks for, each with one passing test (that takes
+# STUB_GTEST_SLEEP seconds).
 while read -r path; do
   stub "$path" <<'EOF'
 #!/usr/bin/env bash
-if [ "${1:-}" = --gtest_list_tests ]; then printf 'Stub.\n  Passes\n'; fi
+if [ "${1:-}" = --gtest_list_tests ]; then printf 'Stub.\n  Passes\n'; exit 0; fi
+[ -z "${STUB_GTEST_SLEEP:-}" ] || sleep "$STUB_GTEST_SLEEP"
 exit 0
 EOF
 done < <("$gpu_check" --list --only tests "$b" | sed -n 's/^  missing: //p')
@@ -281,9 +284,9 @@ check "--perf fails a cohort run that fails for another reason than its precisio
   '^perf-bf16 +FAIL .*cohort-train run 2 exited 1' '^perf-f32 +PASS' \
   -- STUB_COHORT_bf16="990 fail 990" -- --perf --only perf-f32,perf-bf16 --python "$work/python3"
 
-# --time-limit 20 (no command starts with less than 2 s left), each cohort ResNet-50 run
-# 7 s: perf-f32's third round would not fit after two (t = 14 s), perf-bf16's first
-# cohort run is stopped at the limit (t = 20 s), perf-h2d never starts.
+# --time-limit 20 (no command starts with less than 2 s left), each cohort f32 ResNet-50
+# run 7 s: perf-f32's third round would not fit after two (t = 14 s); a bf16 run takes
+# 60 s, so perf-bf16's first is stopped at the limit (t = 20 s); perf-h2d never starts.
 check "--time-limit: rounds that would not fit are skipped, a run is stopped at the limit, later stages are UNRUN" 1 \
   '^    rounds 3 to 3 not started: the last took [0-9]+ s' \
   '^perf-f32 +PASS .*cohort 1000\.0 images/sec \(median of 2\), PyTorch 2500\.0 images/sec \(median of 2\): ratio 0\.400, .*; the time limit left room for 2 runs of 3$' \
@@ -291,13 +294,22 @@ check "--time-limit: rounds that would not fit are skipped, a run is stopped at 
   '^perf-h2d +UNRUN .*not started: [0-9]+ s of the 20 s time limit left' \
   '^== gpu-check summary: .* s in all \(time limit 20 s\)' \
   '^f32 +1000\.0 \(2 runs\) +2500\.0 \(2 runs\) +0\.400 ' \
-  -- STUB_SLEEP=7 STUB_COHORT_f32="900 1100 1000" STUB_TORCH_f32="2600 2400 2500" \
+  -- STUB_SLEEP_f32=7 STUB_SLEEP_bf16=60 STUB_COHORT_f32="900 1100 1000" STUB_TORCH_f32="2600 2400 2500" \
   -- --only perf-f32,perf-bf16,perf-h2d --time-limit 20 --python "$work/python3"
 if ! grep -Eq '^perf-h2d +UNRUN' "$work/logs/summary.txt" || ! grep -Eq '^f32 +1000\.0 \(2 runs\)' "$work/logs/summary.txt"; then
   echo "FAIL: LOGS/summary.txt lacks the summary or the speed table:"; cat "$work/logs/summary.txt"; fails=1
 else
   echo "ok: the summary and the speed table are in LOGS/summary.txt"
 fi
+took=$(sed -n 's/^== gpu-check summary: .*; \([0-9]*\) s in all (time limit 20 s).*/\1/p' <<<"$out")
+if [ -n "$took" ] && (( took <= 20 + 5 )); then
+  echo "ok: the check took $took s under a 20 s time limit"
+else
+  echo "FAIL: the check took '${took:-?}' s under a 20 s time limit (a stopped command is killed 5 s later at most)"; fails=1
+fi
+check "--time-limit: a test case stopped at the limit cuts the tests stage" 1 \
+  '^tests +CUT .*the 10 s time limit stopped it: .*failed: Stub\.Passes \(and the cases after it\)' \
+  -- STUB_GTEST_SLEEP=60 -- --only tests --time-limit 10
 check "--only runs its stages in the order given, each once" 0 '^perf-bf16 +PASS' '^perf-f32 +PASS' \
   -- -- --only perf-bf16,perf-f32,perf-bf16 --perf-runs 1 --python "$work/python3"
 order=$(cut -d' ' -f1,2 "$STUB_STATE/order" | tr '\n' ,)
