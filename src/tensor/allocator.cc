@@ -227,10 +227,17 @@ class CachingAllocator final : public Allocator {
       s.release_free();
       p = s.api.allocate(s.device.id, size);
     }
-    if (!p)
+    if (!p) {
+      size_t free = 0, total = 0;
+      const std::string device_has = s.api.memory_info(s.device.id, free, total)
+                                         ? cat("; the device has ", bytes_text(total), " in all, ", bytes_text(free),
+                                               " of it free (other processes' memory counts)")
+                                         : std::string();
       fail(Code::kOutOfMemory, "cannot allocate ", bytes_text(bytes), " on ", s.device.to_string(),
-           ": out of device memory (this process holds ", bytes_text(s.stats.reserved), ", of which ",
-           bytes_text(s.stats.in_use), " in use); lower batch_size or use a smaller model");
+           ": out of device memory (this process's cache holds ", bytes_text(s.stats.reserved), ", of which ",
+           bytes_text(s.stats.in_use), " in use, at most ", bytes_text(s.stats.peak_in_use), " so far", device_has,
+           "); lower batch_size or use a smaller model");
+    }
     auto* b = new Block{p, size, stream.native(), {}};
     s.stats.reserved += size;
     s.stats.peak_reserved = std::max(s.stats.peak_reserved, s.stats.reserved);

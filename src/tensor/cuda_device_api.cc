@@ -54,6 +54,11 @@ class CudaApi final : public DeviceApi {
     check(rc, "cudaMalloc");
     return p;
   }
+  bool memory_info(int id, size_t& free, size_t& total) override {
+    if (cudaSetDevice(id) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) return true;
+    cudaGetLastError();
+    return false;
+  }
   // A destructor path: a failure cannot be thrown from here. It is taken off CUDA's
   // last-error slot, so that the next launch's check does not report it as its own (an
   // error that poisons the context stays and surfaces there anyway), and the first one

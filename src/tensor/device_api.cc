@@ -129,6 +129,14 @@ void* TestDevice::allocate(int, size_t bytes) {
   return p;
 }
 
+bool TestDevice::memory_info(int, size_t& free, size_t& total) {
+  std::lock_guard lock(mu_);
+  if (!capacity_) return false;
+  total = capacity_;
+  free = capacity_ > live_bytes_.load() ? capacity_ - live_bytes_.load() : 0;
+  return true;
+}
+
 void TestDevice::deallocate(int, void* p) {
   if (!p) return;
   std::lock_guard lock(mu_);

@@ -23,6 +23,9 @@ class DeviceApi {
   // callers (the caching allocator) free only what no stream still uses.
   virtual void* allocate(int id, size_t bytes) = 0;
   virtual void deallocate(int id, void* p) = 0;
+  // The memory of device ordinal `id` in all and free now, as the device counts it (what
+  // other processes hold included); false where the device cannot say.
+  virtual bool memory_info(int id, size_t& free, size_t& total) { return false; }
 
   // `bytes` from src to dst, ordered on `stream` (a stream of this device). Either side
   // may be host memory. With the device's default stream the copy is complete when

@@ -25,6 +25,8 @@ class TestDevice final : public DeviceApi {
   const char* name() const override { return "test"; }
   void* allocate(int id, size_t bytes) override;
   void deallocate(int id, void* p) override;
+  // With a capacity set: the capacity in all, and what is not live of it.
+  bool memory_info(int id, size_t& free, size_t& total) override;
   void copy(void* dst, const void* src, size_t bytes, const Stream& stream) override;
   void zero(void* dst, size_t bytes, const Stream& stream) override;
   Stream create_stream(int id) override;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "core/strings.h"
 #include "tensor/allocator.h"
 #include "tensor/device_api.h"
 #include "tensor/memory.h"
@@ -158,7 +159,22 @@ TEST_F(TestDeviceTest, OutOfMemoryEmptiesTheCacheAndRetriesThenNamesTheSizeAndDe
     const std::string what = e.what();
     EXPECT_NE(what.find("16.0 KiB"), std::string::npos) << what;
     EXPECT_NE(what.find("test:0"), std::string::npos) << what;
+    // What the cache holds, and what the device says it has: the capacity, and what is
+    // free of it beside the 6 KiB in use.
+    size_t free = 0, total = 0;
+    ASSERT_TRUE(dev.memory_info(0, free, total));
+    EXPECT_EQ(total, dev.live_bytes() + 2048);
+    EXPECT_EQ(free, 2048u);
+    EXPECT_NE(what.find("cache holds 6.0 KiB, of which 6.0 KiB in use, at most 6.0 KiB so far"), std::string::npos)
+        << what;
+    EXPECT_NE(
+        what.find(cat("the device has ", format_bytes(static_cast<double>(total)), " in all, 2.0 KiB of it free")),
+        std::string::npos)
+        << what;
   }
+  dev.set_capacity(0);
+  size_t free = 0, total = 0;
+  EXPECT_FALSE(dev.memory_info(0, free, total)) << "without a capacity the test device cannot say";
 }
 
 TEST_F(TestDeviceTest, MemoryOutlivesItsAllocatorAndReturnsWhenTheLastTensorGoes) {
