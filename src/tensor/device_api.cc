@@ -132,8 +132,9 @@ void* TestDevice::allocate(int, size_t bytes) {
 bool TestDevice::memory_info(int, size_t& free, size_t& total) {
   std::lock_guard lock(mu_);
   if (!capacity_) return false;
+  const size_t live = live_bytes_.load();
   total = capacity_;
-  free = capacity_ > live_bytes_.load() ? capacity_ - live_bytes_.load() : 0;
+  free = capacity_ > live ? capacity_ - live : 0;
   return true;
 }
 

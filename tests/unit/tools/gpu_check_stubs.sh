@@ -83,7 +83,9 @@ if [ "$model" = resnet50 ]; then
   [ -z "${!list:-}" ] || ips=$(next "cohort-$precision" "${!list}")
   [ "$ips" != fail ] || { echo "cohort-train: step 3: cudaErrorIllegalAddress" >&2; exit 1; }
   sleep_for=STUB_SLEEP_$precision
-  [ -z "${!sleep_for:-}" ] || sleep "${!sleep_for}"
+  if [ -n "${!sleep_for:-}" ]; then  # a sleep that ends with the run when the limit stops it
+    sleep "${!sleep_for}" & trap 'kill $! 2>/dev/null; exit 143' TERM; wait $!; trap - TERM
+  fi
 fi
 top1=${STUB_TOP1_CPU:-0.8312} device=cpu memory=""
 if [ "$dev" = cuda ]; then
@@ -154,7 +156,7 @@ while read -r path; do
   stub "$path" <<'EOF'
 #!/usr/bin/env bash
 if [ "${1:-}" = --gtest_list_tests ]; then printf 'Stub.\n  Passes\n'; exit 0; fi
-[ -z "${STUB_GTEST_SLEEP:-}" ] || sleep "$STUB_GTEST_SLEEP"
+if [ -n "${STUB_GTEST_SLEEP:-}" ]; then sleep "$STUB_GTEST_SLEEP" & trap 'kill $! 2>/dev/null; exit 143' TERM; wait $!; fi
 exit 0
 EOF
 done < <("$gpu_check" --list --only tests "$b" | sed -n 's/^  missing: //p')
