@@ -334,7 +334,11 @@ COHORT_API cohort_status_t cohort_request_wait(cohort_request_t* request);
  * @brief The result tensor of a completed allgather, alltoall or reducescatter.
  * @param request A completed, successful request.
  * @param[out] result A new tensor owned by the caller, who calls its deleter once; it
- *   stays valid after the request is destroyed.
+ *   stays valid after the request is destroyed. A device result (kDLCUDA) is memory of
+ *   the runtime's cache on the NCCL stream: its deleter gives it back for the next
+ *   device collectives, which do not wait for the caller's streams, so call it only
+ *   once the GPU work that reads the result is complete (that stream synchronised), as
+ *   for an input.
  * @return ::COHORT_ERR_INVALID_STATE if the request has not completed or has no result.
  */
 COHORT_API cohort_status_t cohort_request_output(cohort_request_t* request, DLManagedTensor** result);

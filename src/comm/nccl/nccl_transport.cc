@@ -1,9 +1,11 @@
 #include "comm/nccl/nccl_transport.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "comm/mpi/mpi_error.h"
 #include "comm/nccl/device_scale.h"
+#include "core/logging.h"
 #include "tensor/device_api.h"
 
 namespace cohort::comm {
@@ -106,6 +108,7 @@ NcclTransport::NcclTransport(MPI_Comm parent, int device, std::shared_ptr<Alloca
 }
 
 NcclTransport::~NcclTransport() {
+  std::lock_guard lock(calls_);
   if (stream_ && !aborted_) cudaStreamSynchronize(stream_);  // enqueued collectives end first
   if (comm_ && !aborted_) ncclCommDestroy(comm_);            // ncclCommAbort has freed an aborted one
   if (stream_) cudaStreamDestroy(stream_);
@@ -114,10 +117,22 @@ NcclTransport::~NcclTransport() {
 void NcclTransport::abort_waits() {
   control_->abort_waits();
   if (aborted_.exchange(true)) return;
-  // From another thread while the engine thread may wait in cudaStreamSynchronize or
-  // inside an NCCL call on this communicator: ncclCommAbort stops the kernels that
-  // wait for a lost peer, so those waits return.
+  // From another thread, while the engine thread may wait in cudaStreamSynchronize
+  // (ncclCommAbort stops the kernels that wait for a lost peer, so that wait returns) or
+  // be inside an NCCL call. An enqueue takes microseconds, so the abort waits for it to
+  // end, and every later call sees aborted_ before it touches the communicator. A call
+  // still inside NCCL after a second waits there for a lost peer (a connection being set
+  // up): only the abort ends it, so it goes ahead.
+  std::unique_lock lock(calls_, std::defer_lock);
+  if (!lock.try_lock_for(std::chrono::seconds(1)))
+    COHORT_LOG_WARN("nccl: aborting the communicator while a call waits inside NCCL (a lost peer)");
   if (comm_) ncclCommAbort(comm_);
+}
+
+std::unique_lock<std::timed_mutex> NcclTransport::enter(const char* call) {
+  std::unique_lock lock(calls_);
+  check_open(call);
+  return lock;
 }
 
 void NcclTransport::check_open(const char* call) const {
@@ -137,14 +152,14 @@ void NcclTransport::sync(const char* call) {
 }
 
 void NcclTransport::allreduce(void* buf, size_t count, DType t, kernels::Reduce op) {
-  check_open("ncclAllReduce");
+  auto lock = enter("ncclAllReduce");
   if (count == 0) return;
   nccl_check(ncclAllReduce(buf, buf, count, nccl_type(t), nccl_op(op), comm_, stream_), "ncclAllReduce");
   sync("ncclAllReduce");
 }
 
 void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<size_t>& bytes) {
-  check_open("allgather");
+  auto lock = enter("allgather");
   // NCCL has no allgatherv: one broadcast per rank, grouped.
   NcclGroup group;
   size_t offset = 0;
@@ -160,7 +175,7 @@ void NcclTransport::allgatherv(const void* send, void* recv, const std::vector<s
 }
 
 void NcclTransport::broadcast(void* buf, size_t bytes, int root) {
-  check_open("ncclBroadcast");
+  auto lock = enter("ncclBroadcast");
   if (bytes == 0) return;
   nccl_check(ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
   sync("ncclBroadcast");
@@ -168,7 +183,7 @@ void NcclTransport::broadcast(void* buf, size_t bytes, int root) {
 
 void NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                               const std::vector<size_t>& recv_bytes) {
-  check_open("alltoall");
+  auto lock = enter("alltoall");
   NcclGroup group;
   size_t so = 0, ro = 0;
   for (int r = 0; r < size(); ++r) {
@@ -185,7 +200,7 @@ void NcclTransport::alltoallv(const void* send, const std::vector<size_t>& send_
 
 void NcclTransport::reduce_scatter(const void* send, void* recv, const std::vector<size_t>& counts, DType t,
                                    kernels::Reduce op) {
-  check_open("ncclReduceScatter");
+  auto lock = enter("ncclReduceScatter");
   for (size_t c : counts)
     if (c != counts.front())
       fail(Code::kUnsupported, "reducescatter of device tensors needs a first dimension divisible by the ranks");

@@ -6,7 +6,10 @@
 // per call. Results and scratch come from the runtime's caching allocator, in the
 // stream's order. Zero-size blocks are skipped (every rank knows the sizes, so the
 // skips agree). An asynchronous NCCL error fails the next call; an abort
-// (ncclCommAbort, after a lost peer or a stall) ends kernels waiting for a peer.
+// (ncclCommAbort, after a lost peer or a stall) ends kernels waiting for a peer. NCCL
+// lets one thread at a time use a communicator: the engine thread's calls and an abort
+// from another thread take turns (`calls_`), so no call reaches a communicator the
+// abort has freed.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,6 +18,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 
 #include "comm/mpi/mpi_transport.h"
 #include "comm/transport.h"
@@ -58,6 +62,8 @@ class NcclTransport final : public Transport {
   void abort_waits() override;
 
  private:
+  // Held for the length of a call that enters NCCL; fails kCancelled after an abort.
+  std::unique_lock<std::timed_mutex> enter(const char* call);
   void check_open(const char* call) const;
   void sync(const char* call);
   Stream stream() const;
@@ -68,6 +74,7 @@ class NcclTransport final : public Transport {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   std::atomic<bool> aborted_{false};
+  std::timed_mutex calls_;  // one thread in NCCL at a time: the calls, the abort, the destructor
 };
 
 }  // namespace cohort::comm
