@@ -181,11 +181,15 @@ void record_in_capture(CudaEventImpl& event, cudaStream_t stream) {
 
 std::shared_ptr<void> instantiate_graph(cudaGraph_t graph) {
   size_t nodes = 0;
+  const char* call = "cudaGraphGetNodes";
   cudaError_t rc = cudaGraphGetNodes(graph, nullptr, &nodes);
   cudaGraphExec_t exec = nullptr;
-  if (rc == cudaSuccess && nodes > 0) rc = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  if (rc == cudaSuccess && nodes > 0) {
+    call = "cudaGraphInstantiateWithFlags";
+    rc = cudaGraphInstantiateWithFlags(&exec, graph, 0);
+  }
   cudaGraphDestroy(graph);
-  check(rc, "cudaGraphInstantiateWithFlags");
+  check(rc, call);
   if (!exec) return nullptr;  // no work captured
   return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
 }

@@ -15,9 +15,10 @@ cd "$work"
 
 echo "== pkg-config"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig:$prefix/lib/x86_64-linux-gnu/pkgconfig
-cc -std=c99 -Wall -Werror consumer.c $(pkg-config --cflags --libs cohort) -o consumer-pc
+read -ra pc_flags <<<"$(pkg-config --cflags --libs cohort)"
+cc -std=c99 -Wall -Werror consumer.c "${pc_flags[@]}" -o consumer-pc
 ./consumer-pc
-c++ -std=c++17 -Wall -Wextra -Werror consumer.cc $(pkg-config --cflags --libs cohort) -o consumer-cxx
+c++ -std=c++17 -Wall -Wextra -Werror consumer.cc "${pc_flags[@]}" -o consumer-cxx
 ./consumer-cxx
 
 echo "== find_package(cohort)"

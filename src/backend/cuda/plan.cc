@@ -50,7 +50,10 @@ class CudaGraphOps final : public GraphOps {
   std::shared_ptr<void> end_capture() override {
     capturing_ = false;
     cudaGraph_t graph = nullptr;
-    check(cudaStreamEndCapture(stream_, &graph), "cudaStreamEndCapture");
+    if (const cudaError_t rc = cudaStreamEndCapture(stream_, &graph); rc != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      check(rc, "cudaStreamEndCapture");
+    }
     return instantiate_graph(graph);  // null: the steps enqueued nothing (they only made memory, once)
   }
   void abandon_capture() noexcept override {
@@ -361,8 +364,8 @@ void CudaPlan::run_graphs(const Steps& steps, std::unique_ptr<StepGraphs>& graph
   graphs->pass([&](size_t i) { steps[i].run(); }, ops, [&](size_t i) { steps[i].notify(); });
   if (graphs->disabled() && !graphs_warned_) {
     graphs_warned_ = true;
-    COHORT_LOG_WARN("CUDA graphs are off for this plan: a capture failed (", graphs->why_disabled(),
-                    "); its passes run step by step");
+    COHORT_LOG_WARN("CUDA graphs are off for this plan's ", &graphs == &fwd_graphs_ ? "forward" : "backward",
+                    ": a capture failed (", graphs->why_disabled(), "); that pass runs step by step");
   }
 }
 
