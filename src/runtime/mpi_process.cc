@@ -3,7 +3,9 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "comm/mpi/mpi_error.h"
 #include "core/logging.h"
@@ -21,6 +23,10 @@ struct State {
   bool poisoned = false;
   std::string poison_reason;
   int thread_level = MPI_THREAD_SINGLE;
+  // Runtimes not shut down yet, by id: what shuts each down.
+  std::map<int, std::pair<void (*)(void*), void*>> live;
+  int next_live = 0;
+  bool exit_handler = false;
 };
 
 State& state() {
@@ -28,7 +34,29 @@ State& state() {
   return *s;
 }
 
-void finalize_at_exit() { finalize(); }
+// Shuts down the runtimes a program left alive, then finalizes MPI. Each shutdown is
+// the collective one cohort_runtime_destroy() runs: the other ranks' collectives that
+// this rank never submitted fail with kPeerShutdown, so they stop and shut down too.
+void finalize_at_exit() {
+  std::map<int, std::pair<void (*)(void*), void*>> live;
+  {
+    State& s = state();
+    std::lock_guard lock(s.mu);
+    live = s.live;
+  }
+  if (!live.empty())
+    COHORT_LOG_WARN(live.size(), " runtime", live.size() == 1 ? " was" : "s were",
+                    " not destroyed before the process exited: shutting ", live.size() == 1 ? "it" : "them",
+                    " down now (collective: cohort_runtime_destroy() belongs on every path out of the program, "
+                    "error paths included)");
+  for (const auto& [id, entry] : live) entry.first(entry.second);
+  try {
+    finalize();
+  } catch (const Error&) {
+    // A runtime whose shutdown failed still counts as alive: MPI stays up and the
+    // process exits without finalizing it rather than under a running engine.
+  }
+}
 
 }  // namespace
 
@@ -61,11 +89,33 @@ void finalize() {
   State& s = state();
   std::lock_guard lock(s.mu);
   if (!s.we_initialized || s.finalized) return;
+  if (!s.live.empty())
+    fail(Code::kInvalidState, s.live.size(), " runtime", s.live.size() == 1 ? " is" : "s are", " still alive, and ",
+         s.live.size() == 1 ? "its" : "their",
+         " collective engine uses MPI: destroy every runtime (cohort_runtime_destroy) before finalizing");
   s.finalized = true;
   if (s.poisoned) return;  // a lost peer would make MPI_Finalize hang
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
+}
+
+int add_live_runtime(void (*shut_down)(void*), void* runtime) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  const int id = s.next_live++;
+  s.live[id] = {shut_down, runtime};
+  if (!s.exit_handler) {
+    s.exit_handler = true;
+    std::atexit(finalize_at_exit);
+  }
+  return id;
+}
+
+void remove_live_runtime(int id) {
+  State& s = state();
+  std::lock_guard lock(s.mu);
+  s.live.erase(id);
 }
 
 int thread_level() {

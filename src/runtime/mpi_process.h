@@ -12,7 +12,16 @@ namespace cohort::mpi_process {
 void ensure_initialized();
 
 // MPI_Finalize if cohort initialised MPI and it is not finalised or poisoned yet.
+// Throws kInvalidState while a runtime is alive (its engine thread still uses MPI).
 void finalize();
+
+// A runtime that is alive: at process exit, before MPI is finalized, `shut_down` runs
+// for each one still registered (a program that returned on an error path without
+// destroying its runtime), with a warning. The first registration installs that exit
+// handler, after whatever the runtime's construction made, so it runs first.
+int add_live_runtime(void (*shut_down)(void*), void* runtime);
+// Called by the runtime's own shutdown: nothing is left to do at exit.
+void remove_live_runtime(int id);
 
 // The thread level MPI provides (valid after ensure_initialized).
 int thread_level();

@@ -82,6 +82,17 @@ Runtime::Runtime(const Config& config) : config_(config) {
     free_comm(world_);
     throw;
   }
+  // A program that exits without destroying this runtime gets it shut down at exit,
+  // before MPI is finalized under its running engine.
+  live_id_ = mpi_process::add_live_runtime(
+      [](void* self) {
+        try {
+          static_cast<Runtime*>(self)->shutdown();
+        } catch (...) {
+          // At exit: shutdown() released what it could.
+        }
+      },
+      this);
 }
 
 comm::DeviceTransportFactory Runtime::device_transport() {
@@ -200,6 +211,7 @@ Runtime::~Runtime() {
 
 void Runtime::shutdown() {
   if (shut_down_.exchange(true, std::memory_order_acq_rel)) return;
+  mpi_process::remove_live_runtime(live_id_);
   if (mpi_process::poisoned()) {
     // A lost peer: the engine thread may sit in MPI forever, so it is abandoned, and
     // freeing communicators could hang too.

@@ -118,6 +118,7 @@ class Runtime {
   MPI_Comm device_bootstrap_ = MPI_COMM_NULL;  // the engine thread's: NCCL id exchange
   std::unique_ptr<comm::Engine> engine_;
   std::atomic<int> optimizers_created_{0};
+  int live_id_ = -1;  // in mpi_process's list of runtimes to shut down at exit
   std::atomic<bool> shut_down_{false};
 };
 

@@ -11,8 +11,8 @@
 namespace {
 
 cohort::Runtime& runtime() {
-  // Destroyed at exit before MPI is finalized: the library registers its finalization
-  // while the runtime is made, so that exit handler runs after this object's destructor.
+  // Destroyed at exit before MPI is finalized: the library registers its exit handler
+  // while the runtime is made, so that handler runs after this object's destructor.
   static cohort::Runtime rt([] {
     cohort::Config cfg;
     cfg.set("device", "cpu").set("threads_per_rank", 1);

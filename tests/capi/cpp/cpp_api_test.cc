@@ -15,8 +15,8 @@ namespace {
 
 // The one runtime of the process's tests (world=process: no mpirun needed).
 cohort::Runtime& runtime() {
-  // Destroyed at exit before MPI is finalized: the library registers its finalization
-  // while the runtime is made, so that exit handler runs after this object's destructor.
+  // Destroyed at exit before MPI is finalized: the library registers its exit handler
+  // while the runtime is made, so that handler runs after this object's destructor.
   static cohort::Runtime rt([] {
     cohort::Config cfg;
     cfg.set("device", "cpu").set("world", "process").set("threads_per_rank", 1);
