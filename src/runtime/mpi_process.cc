@@ -2,9 +2,11 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "comm/mpi/mpi_error.h"
@@ -50,11 +52,20 @@ void finalize_at_exit() {
                     " down now (collective: cohort_runtime_destroy() belongs on every path out of the program, "
                     "error paths included)");
   for (const auto& [id, entry] : live) entry.first(entry.second);
+  // A shutdown another thread began leaves the list when it ends (removal is its last
+  // step): wait a little for it rather than finalize under its MPI calls.
+  for (int i = 0; i < 100; ++i) {
+    {
+      std::lock_guard lock(state().mu);
+      if (state().live.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   try {
     finalize();
   } catch (const Error&) {
-    // A runtime whose shutdown failed still counts as alive: MPI stays up and the
-    // process exits without finalizing it rather than under a running engine.
+    // A runtime is still shutting down: MPI stays up, and the process exits without
+    // finalizing it rather than under a running engine.
   }
 }
 
@@ -88,11 +99,11 @@ void ensure_initialized() {
 void finalize() {
   State& s = state();
   std::lock_guard lock(s.mu);
-  if (!s.we_initialized || s.finalized) return;
   if (!s.live.empty())
     fail(Code::kInvalidState, s.live.size(), " runtime", s.live.size() == 1 ? " is" : "s are", " still alive, and ",
          s.live.size() == 1 ? "its" : "their",
          " collective engine uses MPI: destroy every runtime (cohort_runtime_destroy) before finalizing");
+  if (!s.we_initialized || s.finalized) return;
   s.finalized = true;
   if (s.poisoned) return;  // a lost peer would make MPI_Finalize hang
   int finalized = 0;

@@ -20,7 +20,9 @@ void finalize();
 // destroying its runtime), with a warning. The first registration installs that exit
 // handler, after whatever the runtime's construction made, so it runs first.
 int add_live_runtime(void (*shut_down)(void*), void* runtime);
-// Called by the runtime's own shutdown: nothing is left to do at exit.
+// The last step of the runtime's own shutdown: nothing is left to do at exit. (A
+// program that exits while another of its threads destroys a runtime races with
+// itself; the exit handler waits up to 5 s for such a shutdown to end.)
 void remove_live_runtime(int id);
 
 // The thread level MPI provides (valid after ensure_initialized).

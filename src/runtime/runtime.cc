@@ -211,19 +211,19 @@ Runtime::~Runtime() {
 
 void Runtime::shutdown() {
   if (shut_down_.exchange(true, std::memory_order_acq_rel)) return;
-  mpi_process::remove_live_runtime(live_id_);
   if (mpi_process::poisoned()) {
     // A lost peer: the engine thread may sit in MPI forever, so it is abandoned, and
     // freeing communicators could hang too.
     if (engine_) engine_->abort();
     static_cast<void>(engine_.release());
-    return;
+  } else {
+    engine_.reset();  // collective: waits until every rank's engine shuts down
+    free_comm(device_bootstrap_);
+    free_comm(cross_);
+    free_comm(local_);
+    free_comm(world_);
   }
-  engine_.reset();  // collective: waits until every rank's engine shuts down
-  free_comm(device_bootstrap_);
-  free_comm(cross_);
-  free_comm(local_);
-  free_comm(world_);
+  mpi_process::remove_live_runtime(live_id_);  // last: MPI may be finalized from now on
 }
 
 void Runtime::check_open(const char* what) const {

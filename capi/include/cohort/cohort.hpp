@@ -105,14 +105,15 @@ class Handle {
   T* p_ = nullptr;
 };
 
-// Text from a C call that fills (buffer, size, needed): a second call with the size it
-// asked for when the first buffer was too small.
+// Text from a C call that fills (buffer, size, needed): called again with the size it
+// asked for while the buffer was too small.
 template <class Fill>
 std::string text(Fill fill) {
   std::string s(256, '\0');
   size_t needed = 0;
   cohort_status_t status = fill(&s[0], s.size(), &needed);
-  if (status != COHORT_OK && needed > s.size()) {
+  // Text that grows between two calls (a pipeline's verdict) asks again.
+  for (int tries = 0; status != COHORT_OK && needed > s.size() && tries < 8; ++tries) {
     s.assign(needed, '\0');
     status = fill(&s[0], s.size(), &needed);
   }
@@ -120,6 +121,11 @@ std::string text(Fill fill) {
   s.resize(std::strlen(s.c_str()));
   return s;
 }
+
+template <class T>
+constexpr bool is_char_v =
+    std::is_same_v<T, char> || std::is_same_v<T, signed char> || std::is_same_v<T, unsigned char> ||
+    std::is_same_v<T, wchar_t> || std::is_same_v<T, char16_t> || std::is_same_v<T, char32_t>;
 
 template <class T>
 constexpr DLDataType dl_type() {
@@ -179,12 +185,18 @@ class View {
     return *this;
   }
   /** Views what @p other viewed. */
-  View(View&& other) noexcept : tensor_(other.tensor_), shape_(std::move(other.shape_)) { point(); }
+  View(View&& other) noexcept : tensor_(other.tensor_), shape_(std::move(other.shape_)) {
+    point();
+    other.forget();
+  }
   /** Views what @p other viewed. */
   View& operator=(View&& other) noexcept {
-    tensor_ = other.tensor_;
-    shape_ = std::move(other.shape_);
-    point();
+    if (this != &other) {
+      tensor_ = other.tensor_;
+      shape_ = std::move(other.shape_);
+      point();
+      other.forget();
+    }
     return *this;
   }
 
@@ -202,12 +214,23 @@ class View {
     tensor_.strides = nullptr;
     tensor_.byte_offset = 0;
   }
+  // A moved-from view views nothing.
+  void forget() noexcept {
+    shape_.clear();
+    tensor_.data = nullptr;
+    point();
+  }
 
   DLTensor tensor_{};
   std::vector<int64_t> shape_;
 };
 
-/** A tensor the library handed over (DLManagedTensor): its deleter runs on destruction. */
+/**
+ * A tensor the library handed over (DLManagedTensor): its deleter runs on destruction.
+ * A device result (kDLCUDA) goes back to the runtime's cache then, for the next device
+ * collectives: destroy it only once the GPU work that reads it has completed (see
+ * cohort_request_output()).
+ */
 class Tensor {
  public:
   Tensor() = default;
@@ -232,14 +255,18 @@ class Tensor {
   /** Whether it holds a tensor. */
   explicit operator bool() const noexcept { return managed_ != nullptr; }
   /** Its shape. */
-  std::vector<int64_t> shape() const { return std::vector<int64_t>(dl().shape, dl().shape + dl().ndim); }
+  std::vector<int64_t> shape() const {
+    if (!managed_) return {};
+    return std::vector<int64_t>(dl().shape, dl().shape + dl().ndim);
+  }
   /** Its number of elements. */
   int64_t numel() const noexcept {
+    if (!managed_) return 0;
     int64_t n = 1;
     for (int32_t i = 0; i < dl().ndim; ++i) n *= dl().shape[i];
     return n;
   }
-  /** The host data, read as @p T (the caller knows the dtype it asked for). */
+  /** The data, read as @p T (the caller knows the dtype): host memory for host inputs. */
   template <class T>
   const T* data() const noexcept {
     return reinterpret_cast<const T*>(static_cast<const char*>(dl().data) + dl().byte_offset);
@@ -282,13 +309,17 @@ class Config {
     return *this;
   }
   /** As set(const std::string&, const std::string&). */
-  Config& set(const std::string& key, const char* value) { return set(key, std::string(value)); }
+  Config& set(const std::string& key, const char* value) {
+    check(cohort_config_set(get(), key.c_str(), value));  // NULL: the C call names it
+    return *this;
+  }
   /** cohort_config_set_bool(). */
   Config& set(const std::string& key, bool value) {
     check(cohort_config_set_bool(get(), key.c_str(), value ? 1 : 0));
     return *this;
   }
-  template <class I, std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool>, int> = 0>
+  template <class I,
+            std::enable_if_t<std::is_integral_v<I> && !std::is_same_v<I, bool> && !detail::is_char_v<I>, int> = 0>
   /** cohort_config_set_int(), for any integer type. */
   Config& set(const std::string& key, I value) {
     check(cohort_config_set_int(get(), key.c_str(), static_cast<int64_t>(value)));
@@ -300,6 +331,9 @@ class Config {
     check(cohort_config_set_float(get(), key.c_str(), static_cast<double>(value)));
     return *this;
   }
+  /** A character or an enum is no option value: pass text or a number. */
+  template <class C, std::enable_if_t<detail::is_char_v<C> || std::is_enum_v<C>, int> = 0>
+  Config& set(const std::string& key, C value) = delete;
   /** cohort_config_unset(): the environment or the default applies again. */
   Config& unset(const std::string& key) {
     check(cohort_config_unset(get(), key.c_str()));
@@ -763,7 +797,11 @@ class Metrics {
   H h_;
 };
 
-/** One collective in flight (cohort_request_t); destroying it waits for it first. */
+/**
+ * One collective in flight (cohort_request_t). Destroying it waits for it first, at most
+ * `request_destroy_wait_s` (cohort_request_destroy()): keep its tensors alive until it
+ * has completed, also when an exception unwinds past it.
+ */
 class Request {
  public:
   /** Takes ownership of @p r. */

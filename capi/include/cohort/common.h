@@ -97,7 +97,8 @@ COHORT_API const char* cohort_version_string(void);
  * program left alive (with a warning; that shutdown is the collective one of
  * cohort_runtime_destroy()). Call it on every rank, after every runtime has been
  * destroyed: while one is alive it returns ::COHORT_ERR_INVALID_STATE and finalizes
- * nothing. Afterwards cohort_runtime_create() fails with ::COHORT_ERR_INVALID_STATE.
+ * nothing. A program that initialized MPI itself destroys its runtimes before its own
+ * MPI_Finalize(). Afterwards cohort_runtime_create() fails with ::COHORT_ERR_INVALID_STATE.
  * Calling it twice, or when MPI was initialized by the caller (who then finalizes it),
  * does nothing and returns ::COHORT_OK. Collective over all ranks (it calls
  * MPI_Finalize).

@@ -362,10 +362,12 @@ void CudaPlan::collect_profile(bool wait) const {
 void CudaPlan::run_graphs(const Steps& steps, std::unique_ptr<StepGraphs>& graphs) {
   CudaGraphOps ops(stream(), capturing_);
   graphs->pass([&](size_t i) { steps[i].run(); }, ops, [&](size_t i) { steps[i].notify(); });
-  if (graphs->disabled() && !graphs_warned_) {
-    graphs_warned_ = true;
-    COHORT_LOG_WARN("CUDA graphs are off for this plan's ", &graphs == &fwd_graphs_ ? "forward" : "backward",
-                    ": a capture failed (", graphs->why_disabled(), "); that pass runs step by step");
+  const bool forward = &graphs == &fwd_graphs_;
+  bool& warned = forward ? fwd_graphs_warned_ : bwd_graphs_warned_;
+  if (graphs->disabled() && !warned) {
+    warned = true;
+    COHORT_LOG_WARN("CUDA graphs are off for this plan's ", forward ? "forward" : "backward", ": a capture failed (",
+                    graphs->why_disabled(), "); that pass runs step by step");
   }
 }
 

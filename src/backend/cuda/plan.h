@@ -272,7 +272,7 @@ class CudaPlan final : public Plan {
 
   std::unique_ptr<StepGraphs> fwd_graphs_, bwd_graphs_;
   bool capturing_ = false;
-  bool graphs_warned_ = false;
+  bool fwd_graphs_warned_ = false, bwd_graphs_warned_ = false;
   Tensor input_;            // with graphs: the plan's copy of the caller's input
   std::deque<DVal> casts_;  // cast values (stable addresses)
   Steps fwd_, bwd_;

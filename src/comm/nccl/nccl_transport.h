@@ -8,8 +8,11 @@
 // skips agree). An asynchronous NCCL error fails the next call; an abort
 // (ncclCommAbort, after a lost peer or a stall) ends kernels waiting for a peer. NCCL
 // lets one thread at a time use a communicator: the engine thread's calls and an abort
-// from another thread take turns (`calls_`), so no call reaches a communicator the
-// abort has freed.
+// from another thread take turns (`calls_`), so a call that returns normally never
+// reaches a communicator the abort has freed. One exception is left: a call still inside
+// NCCL a second after the abort began waits there for a lost peer, and only
+// ncclCommAbort from another thread ends that wait (NCCL's fault-tolerance design, and
+// what PyTorch's watchdog does), so the abort goes ahead under it.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -8,10 +8,25 @@
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace {
+
+// Whether Config::set takes a value of type V.
+template <class V, class = void>
+struct Settable : std::false_type {};
+template <class V>
+struct Settable<V, std::void_t<decltype(std::declval<cohort::Config&>().set(std::string(), std::declval<V>()))>>
+    : std::true_type {};
+static_assert(Settable<int>::value && Settable<int64_t>::value && Settable<unsigned long>::value);
+static_assert(Settable<double>::value && Settable<float>::value && Settable<bool>::value);
+static_assert(Settable<const char*>::value && Settable<std::string>::value);
+static_assert(!Settable<char>::value, "a character is not a number: 'A' would be 65");
+static_assert(!Settable<cohort_reduce_op_t>::value, "an enum would otherwise convert to bool");
 
 // The one runtime of the process's tests (world=process: no mpirun needed).
 cohort::Runtime& runtime() {
@@ -115,6 +130,9 @@ TEST(CppConfig, AnUnknownKeyOrABadValueThrowsTheCStatusAndMessage) {
   EXPECT_STREQ(unknown.status_text(), cohort_status_string(COHORT_ERR_INVALID_ARGUMENT));
   EXPECT_NE(std::string(unknown.what()).find("batch_sise"), std::string::npos) << unknown.what();
   EXPECT_NE(std::string(unknown.what()).find("batch_size"), std::string::npos) << "names the nearest key";
+  const char* none = nullptr;
+  cohort::Error null_value = error_of([&] { cfg.set("augment", none); });
+  EXPECT_NE(std::string(null_value.what()).find("value"), std::string::npos) << null_value.what();
   cohort::Error bad = error_of([&] { cfg.set("batch_size", "many"); });
   EXPECT_NE(std::string(bad.what()).find("many"), std::string::npos) << bad.what();
   EXPECT_EQ(cfg.source("batch_size"), COHORT_SOURCE_DEFAULT) << "a refused value changes nothing";
@@ -209,6 +227,36 @@ TEST(CppModel, BackwardCallsTheGradientCallbackOncePerParameter) {
   EXPECT_FLOAT_EQ(m.loss(*b.images.get(), *b.labels.get()), loss) << "no update in between";
 }
 
+TEST(CppModel, ForwardGivesLogitsAndProfilingTimesTheLayers) {
+  cohort::Config cfg = training_config();
+  cohort::Model m = tiny_model(cfg);
+  m.set_profiling(true);
+  Batch b;
+  m.forward_backward(*b.images.get(), *b.labels.get());
+  std::vector<float> logits(8 * 3, -1.0F);
+  cohort::View<float> out(logits.data(), {8, 3});
+  m.forward(*b.images.get(), *out.get());
+  for (float v : logits) EXPECT_TRUE(std::isfinite(v));
+  EXPECT_NE(m.profile().find("fc"), std::string::npos) << m.profile();
+}
+
+TEST(CppModel, EvaluationOverAPipelineFromMemoryCountsItsSamples) {
+  std::vector<uint8_t> pixels(20 * 28 * 28);
+  for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>((i * 7) % 255);
+  std::vector<int32_t> labels(20);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int32_t>(i % 10);
+  cohort::View<uint8_t> images(pixels.data(), {20, 28, 28});
+  cohort::View<int32_t> ys(labels.data(), {20});
+  cohort::Config cfg;
+  cfg.set("batch_size", 5).set("augment", "none").set("num_classes", 10).set("compute_threads", 1);
+  cohort::Model m(runtime(), "mnist_cnn", cfg);
+  cohort::Pipeline p = cohort::Pipeline::from_memory(&runtime(), cfg, *images.get(), *ys.get());
+  cohort_eval_result_t r = m.evaluate(p, 2);
+  EXPECT_EQ(r.samples, 10);
+  EXPECT_GE(r.top1, 0.0);
+  EXPECT_LE(r.top1, 1.0);
+}
+
 TEST(CppModel, AMovedModelKeepsItsCallback) {
   cohort::Config cfg = training_config();
   cohort::Model a = tiny_model(cfg);
@@ -218,6 +266,59 @@ TEST(CppModel, AMovedModelKeepsItsCallback) {
   Batch batch;
   b.forward_backward(*batch.images.get(), *batch.labels.get());
   EXPECT_EQ(static_cast<size_t>(calls), b.num_tensors());
+}
+
+TEST(CppModel, MoveAssignmentReleasesTheOldModelAndKeepsTheNewCallback) {
+  cohort::Config cfg = training_config();
+  cohort::Model a = tiny_model(cfg);
+  int calls_a = 0, calls_b = 0;
+  a.set_grad_ready([&](size_t) { ++calls_a; });
+  cohort::Model b = tiny_model(cfg);
+  b.set_grad_ready([&](size_t) { ++calls_b; });
+  a = std::move(b);
+  Batch batch;
+  a.forward_backward(*batch.images.get(), *batch.labels.get());
+  EXPECT_EQ(calls_a, 0) << "the released model's callback is gone";
+  EXPECT_EQ(static_cast<size_t>(calls_b), a.num_tensors());
+}
+
+TEST(CppOptimizer, TrainingGoesOnAfterTheModelObjectIsDestroyed) {
+  cohort::Config cfg = training_config();
+  std::optional<cohort::Model> m(tiny_model(cfg));
+  int calls = 0;
+  m->set_grad_ready([&](size_t) { ++calls; });
+  cohort::Optimizer opt(*m, cfg);  // keeps the C model alive and installs its own callback
+  m.reset();
+  Batch b;
+  const cohort_batch_t batch = b.batch();
+  const double first = opt.train_step(batch).loss;
+  double last = first;
+  for (int s = 0; s < 30; ++s) last = opt.train_step(batch).loss;
+  EXPECT_LT(last, first);
+  EXPECT_EQ(calls, 0) << "the optimizer replaced the callback";
+}
+
+TEST(CppView, CopiesPointToTheirOwnShapeAndAMovedFromViewIsEmpty) {
+  std::vector<float> data(6);
+  cohort::View<float> a(data.data(), {2, 3});
+  cohort::View<float> copy = a;
+  EXPECT_NE(copy.get()->shape, a.get()->shape);
+  EXPECT_EQ(copy.get()->shape[1], 3);
+  EXPECT_EQ(copy.get()->data, data.data());
+  EXPECT_EQ(copy.get()->dtype.code, kDLFloat);
+  EXPECT_EQ(copy.get()->dtype.bits, 32);
+  cohort::View<float> moved = std::move(a);
+  EXPECT_EQ(moved.get()->ndim, 2);
+  EXPECT_EQ(moved.get()->shape, moved.shape().data());
+  EXPECT_EQ(a.get()->ndim, 0);  // NOLINT(bugprone-use-after-move): the moved-from state is the point
+  EXPECT_EQ(a.get()->data, nullptr);
+  cohort::View<const int64_t> c(nullptr, {0});
+  EXPECT_EQ(c.get()->dtype.code, kDLInt);
+  EXPECT_EQ(c.get()->dtype.bits, 64);
+  cohort::Tensor empty;
+  EXPECT_FALSE(empty);
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_TRUE(empty.shape().empty());
 }
 
 TEST(CppOptimizer, TrainingLowersTheLossAndACheckpointRestoresTheSteps) {
