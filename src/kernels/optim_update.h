@@ -46,13 +46,14 @@ struct SgdUpdate {
       if (step->nonfinite != 0) return;
       rate = step->lr;
     }
-    float d = g[i] + weight_decay * w[i];
+    const float wi = w[i];  // read once, before the stores (a host loop then keeps it in a register)
+    float d = g[i] + weight_decay * wi;
     if (momentum != 0.0f) {
       float v = momentum * velocity[i] + d;
       velocity[i] = v;
       d = nesterov ? d + momentum * v : v;
     }
-    w[i] -= rate * d;
+    w[i] = wi - rate * d;
   }
 };
 
@@ -106,9 +107,10 @@ struct LarsUpdate {
   float weight_decay;
 
   COHORT_HD void operator()(int64_t i, float* w, const float* g, float* velocity) const {
-    float v = momentum * velocity[i] + local_lr * (g[i] + weight_decay * w[i]);
+    const float wi = w[i];
+    float v = momentum * velocity[i] + local_lr * (g[i] + weight_decay * wi);
     velocity[i] = v;
-    w[i] -= v;
+    w[i] = wi - v;
   }
 };
 
