@@ -15,6 +15,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from processor import describe  # noqa: E402
+
 MPI_FLAGS = ["-bind-to", "none", "--oversubscribe", "-mca", "pml", "ob1", "-mca", "btl", "self,vader"]
 
 
@@ -103,7 +106,8 @@ def main():
     # a ratio of a measurement that printed as 0 (a tiny size's busbw at two decimals) is unknown
     ratio = lambda a, b: a / b if b > 0 else float("nan")
     n = args.np
-    print(f"\n# allreduce f32 sum, np={n}, busbw GB/s = S/t * 2(n-1)/n, median of {args.runs} interleaved runs")
+    print(f"\n# processor: {describe()}")
+    print(f"# allreduce f32 sum, np={n}, busbw GB/s = S/t * 2(n-1)/n, median of {args.runs} interleaved runs")
     print(f"{'size(B)':>11} {'cohort':>8} {'rawMPI':>8} {'x raw':>7} {'gloo':>8} {'x gloo':>7}")
     factor = 2 * (n - 1) / n
     for size in sorted(sweeps[0]):

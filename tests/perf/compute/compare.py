@@ -17,6 +17,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from processor import describe  # noqa: E402
+
 CASES = [  # model, batch, steps, warm-up
     ("mnist_cnn", 512, 6, 2),
     ("resnet20", 128, 6, 2),
@@ -74,6 +77,7 @@ def main():
         print("this CPU has no bf16 instructions: f32 rows only", flush=True)
     cases = [c for c in CASES if not a.models or c[0] in a.models.split(",")]
     rows = []
+    print("processor:", describe(), flush=True)
     print("load average before:", " ".join(open("/proc/loadavg").read().split()[:3]), flush=True)
     for model, batch, steps, warmup in cases:
         if a.quick:
@@ -102,7 +106,7 @@ def main():
     for n in names:
         head += f" {'/' + n:>15}"
     head += f" {'/best':>6}"
-    print("images/sec (median of rounds) and cohort's ratio to each peer")
+    print(f"images/sec (median of rounds) and cohort's ratio to each peer; {describe()}")
     print(head)
     met = []
     for model, batch, threads, prec, med in rows:

@@ -17,13 +17,14 @@ Usage: scaling.py --train COHORT_TRAIN --cohortrun COHORTRUN [--np 1,8,16] [--mo
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from processor import describe  # noqa: E402
 
 
 def parse_args():
@@ -126,17 +127,6 @@ def torch_ddp(a, np):
     return json.loads(lines[-1])["images_per_sec"]
 
 
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown processor"
-
-
 def main():
     a = parse_args()
     a.python = torch_python(a) if a.model == "mnist_cnn" else None
@@ -156,7 +146,7 @@ def main():
                 ddp.setdefault(np, []).append(torch_ddp(a, np))
     print(f"{a.model}, batch {a.batch_size} per rank, {a.num_iter} steps ({a.warmup} warm-up), "
           f"{a.threads_per_rank} thread(s) per rank, synthetic data, median of {a.repeats}; "
-          f"{os.cpu_count()} CPUs: {cpu_name()}; ranks {'bound to cores of their own' if a.bind_cores else 'unbound'}"
+          f"{describe()}; ranks {'bound to cores of their own' if a.bind_cores else 'unbound'}"
           + (f"; DDP: {a.python}" if peer else ""))
     print("ceiling: N independent copies started as one job (cohortrun -np N ... --world=process), "
           "the sum of their median images/sec")
