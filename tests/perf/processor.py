@@ -1,5 +1,6 @@
 """The processor a benchmark ran on, in one line: a CPU goal holds on every processor the
-project runs on, so every table names the one it was measured on. The model name alone
+project runs on, so a benchmark's table names the one it was measured on (compare.py,
+bench_allreduce.py and scaling.py print it). The model name alone
 does not tell (a VM may show only "AMD EPYC"): the line adds the x86 family and model,
 the core generation where they name one, the CPUs this process may use, and the
 instruction sets the CPU backend's kernels depend on.
@@ -21,7 +22,12 @@ def _cpuinfo():
     return fields
 
 
-def _generation(vendor, family, model, flags):
+def cpu_flags():
+    """The first CPU's instruction-set flags (empty where /proc/cpuinfo cannot be read)."""
+    return set(_cpuinfo().get("flags", "").split())
+
+
+def _generation(vendor, family, flags):
     if vendor == "AuthenticAMD":
         if family == 26:
             return "Zen 5"
@@ -43,7 +49,7 @@ def describe():
         family, model = int(info.get("cpu family", "")), int(info.get("model", ""))
     except ValueError:
         return f"{name}, {os.cpu_count()} CPUs"
-    generation = _generation(info.get("vendor_id", ""), family, model, flags)
+    generation = _generation(info.get("vendor_id", ""), family, flags)
     gen = f": {generation}" if generation else ""
     isa = ["AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")]
     isa.append("AVX512-BF16" if "avx512_bf16" in flags else "no AVX512-BF16")

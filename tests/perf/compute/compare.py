@@ -18,7 +18,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-from processor import describe  # noqa: E402
+from processor import cpu_flags, describe  # noqa: E402
 
 CASES = [  # model, batch, steps, warm-up
     ("mnist_cnn", 512, 6, 2),
@@ -32,8 +32,7 @@ GOAL_BF16 = 1.2  # cohort / PyTorch autocast, resnet50 at bf16
 
 
 def has_bf16():
-    flags = open("/proc/cpuinfo").read().split()
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def peers(venv):
