@@ -27,17 +27,23 @@ def cpu_flags():
     return set(_cpuinfo().get("flags", "").split())
 
 
-def _generation(vendor, family, flags):
+# Intel names its server cores by model number (family 6); AVX512-BF16 and AMX alone do
+# not tell Cooper Lake from Sapphire or Emerald Rapids, and a VM may hide AMX.
+_INTEL_SERVER = {85: "Skylake, Cascade Lake or Cooper Lake", 106: "Ice Lake",
+                 143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids",
+                 175: "Sierra Forest"}
+
+
+def _generation(vendor, family, model, flags):
     if vendor == "AuthenticAMD":
         if family == 26:
             return "Zen 5"
         if family == 25:
             return "Zen 4" if "avx512f" in flags else "Zen 3"
     if vendor == "GenuineIntel" and family == 6:
-        if "amx_tile" in flags:
-            return "Sapphire Rapids or newer"
-        if "avx512_bf16" in flags:
+        if model == 85 and "avx512_bf16" in flags:
             return "Cooper Lake"
+        return _INTEL_SERVER.get(model, "")
     return ""
 
 
@@ -49,7 +55,7 @@ def describe():
         family, model = int(info.get("cpu family", "")), int(info.get("model", ""))
     except ValueError:
         return f"{name}, {os.cpu_count()} CPUs"
-    generation = _generation(info.get("vendor_id", ""), family, flags)
+    generation = _generation(info.get("vendor_id", ""), family, model, flags)
     gen = f": {generation}" if generation else ""
     isa = ["AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "no AVX2")]
     isa.append("AVX512-BF16" if "avx512_bf16" in flags else "no AVX512-BF16")
