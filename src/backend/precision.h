@@ -32,11 +32,19 @@ struct CpuIsa {
   std::string name;   // oneDNN's ISA, e.g. "avx512_core_bf16"
   bool bf16 = false;  // AVX512-BF16 (or AMX-BF16)
   bool amx = false;   // AMX tiles
+  bool fp16 = false;  // AVX512-FP16 (the CPUID bit): Intel Sapphire Rapids and newer
 };
 CpuIsa probe_cpu_isa();
 
 // Throws kUnsupported when the CPU backend cannot train at `p` on `isa`: the message
 // names the missing instruction set and what works instead.
 void check_cpu_precision(Precision p, const CpuIsa& isa);
+
+// A warning for a precision that trains on `isa` but slower than f32 would, saying what
+// is faster; empty when there is none. bf16 on a Sapphire Rapids or newer (AVX512-FP16)
+// whose AMX this process cannot use (a VM or kernel that hides it, or ONEDNN_MAX_CPU_ISA):
+// there a bf16 dot product does no more per cycle than an f32 FMA, so oneDNN's
+// avx512_core_bf16 convolutions run at 0.5-0.7 of its f32 ones (Emerald Rapids, one core).
+std::string cpu_precision_warning(Precision p, const CpuIsa& isa);
 
 }  // namespace cohort::backend

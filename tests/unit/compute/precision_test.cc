@@ -360,3 +360,18 @@ TEST(Profile, ListsEveryLayerAndPrintsItsTotalBesideTheStepTime) {
 }
 
 }  // namespace
+
+TEST(Precision, Bf16OnASapphireRapidsWithoutAmxIsWarnedSlowerThanF32) {
+  // AVX512-FP16 without usable AMX: Intel Sapphire Rapids or newer whose tiles are hidden.
+  const std::string warning =
+      cohort::backend::cpu_precision_warning(Precision::kBF16, {"avx512_core_bf16", true, false, true});
+  EXPECT_NE(warning.find("slower than f32"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("AMX"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("avx512_core_bf16"), std::string::npos) << warning;
+  EXPECT_NE(warning.find("--precision=f32"), std::string::npos) << warning;
+  // No warning where bf16 is the faster choice (AMX; Zen 4 and Cooper Lake, without
+  // AVX512-FP16), nor at f32.
+  EXPECT_EQ(cohort::backend::cpu_precision_warning(Precision::kBF16, {"avx512_core_amx", true, true, true}), "");
+  EXPECT_EQ(cohort::backend::cpu_precision_warning(Precision::kBF16, {"avx512_core_bf16", true, false, false}), "");
+  EXPECT_EQ(cohort::backend::cpu_precision_warning(Precision::kF32, {"avx512_core_bf16", true, false, true}), "");
+}
