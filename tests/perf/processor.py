@@ -29,7 +29,7 @@ def cpu_flags():
 
 # Intel names its server cores by model number (family 6); AVX512-BF16 and AMX alone do
 # not tell Cooper Lake from Sapphire or Emerald Rapids, and a VM may hide AMX.
-_INTEL_SERVER = {85: "Skylake, Cascade Lake or Cooper Lake", 106: "Ice Lake",
+_INTEL_SERVER = {85: "Skylake or Cascade Lake", 106: "Ice Lake",
                  143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids",
                  175: "Sierra Forest"}
 

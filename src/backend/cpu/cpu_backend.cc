@@ -13,9 +13,9 @@ namespace cohort::backend {
 namespace {
 
 // A precision that trains here but slower than f32 is said once per process.
-void warn_once_if_slow(Precision p) {
+void warn_once_if_slow(Precision p, const CpuIsa& isa) {
   static std::atomic<bool> warned{false};
-  const std::string warning = cpu_precision_warning(p, probe_cpu_isa());
+  const std::string warning = cpu_precision_warning(p, isa);
   if (!warning.empty() && !warned.exchange(true)) COHORT_LOG_WARN(warning);
 }
 
@@ -38,8 +38,9 @@ class CpuBackend final : public Backend {
   std::unique_ptr<Plan> compile(const NetSpec& spec, const Bindings& bindings, const PlanOptions& options) override {
     require(options.batch > 0, "batch size must be positive, got ", options.batch);
     check_bindings(spec, bindings, device());
-    check_cpu_precision(options.precision, probe_cpu_isa());
-    warn_once_if_slow(options.precision);
+    const CpuIsa isa = probe_cpu_isa();
+    check_cpu_precision(options.precision, isa);
+    warn_once_if_slow(options.precision, isa);
     return std::make_unique<cpu::CpuPlan>(spec, bindings, options, threads_);
   }
 

@@ -359,8 +359,6 @@ TEST(Profile, ListsEveryLayerAndPrintsItsTotalBesideTheStepTime) {
   EXPECT_EQ(g.profile().steps, 0);
 }
 
-}  // namespace
-
 TEST(Precision, Bf16OnASapphireRapidsWithoutAmxIsWarnedSlowerThanF32) {
   // AVX512-FP16 without usable AMX: Intel Sapphire Rapids or newer whose tiles are hidden.
   const std::string warning =
@@ -375,3 +373,5 @@ TEST(Precision, Bf16OnASapphireRapidsWithoutAmxIsWarnedSlowerThanF32) {
   EXPECT_EQ(cohort::backend::cpu_precision_warning(Precision::kBF16, {"avx512_core_bf16", true, false, false}), "");
   EXPECT_EQ(cohort::backend::cpu_precision_warning(Precision::kF32, {"avx512_core_bf16", true, false, true}), "");
 }
+
+}  // namespace
