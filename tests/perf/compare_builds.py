@@ -7,7 +7,7 @@ ratio new / old. For checking that a change costs nothing on the CPU.
 Each allreduce run repeats its size until about 4 GB have been reduced (at least 10,
 at most 50,000 times): on a shared VM a run's first tens of milliseconds can be several
 times slower than the rest, and a short run measures that transient, not the code.
---models "" leaves out the training rows.
+--models "" leaves out the training rows, --sizes "" the allreduce.
 
 Usage: compare_builds.py OLD_BUILD NEW_BUILD [--rounds 5] [--threads 1,2]
                          [--models mnist_cnn,resnet20,resnet50] [--sizes 64K,4M,64M,256M]
@@ -78,7 +78,7 @@ def main():
     a = ap.parse_args()
     builds = {"old": a.old, "new": a.new}
     threads = [int(t) for t in a.threads.split(",")]
-    sizes = a.sizes.split(",")
+    sizes = [s for s in a.sizes.split(",") if s]
     print("load average before:", " ".join(open("/proc/loadavg").read().split()[:3]), flush=True)
     rows = []
     for model in filter(None, a.models.split(",")):
@@ -98,7 +98,7 @@ def main():
             rows.append((f"{model} b{CASES[model][0]} {t} thr (img/CPU-s)", cpu["old"], cpu["new"]))
             print(f"{model} {t} thr: {got}", flush=True)
     got = {k: [] for k in builds}
-    for _ in range(a.rounds):
+    for _ in range(a.rounds if sizes else 0):
         for k, b in builds.items():
             got[k].append(allreduce_busbw(b, sizes))
     for size in sizes:
