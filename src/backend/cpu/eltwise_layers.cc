@@ -40,8 +40,12 @@ class ActLayer final : public CpuLayer {
   }
   void build_backward() override {
     if (!in().needs_grad) return;
-    auto bpd = dnnlc::eltwise_backward(eng(), algo_, md_, md_, alpha_, 0.f, pd_);
     memory dd = plan_.diff_source(bwd, out(), md_);
+    if (done_by_input_ && plan_.relu_grad_by_consumer_[static_cast<size_t>(index_)]) {
+      plan_.deliver(bwd, in(), dd, true);  // the max pooling after it applied this gradient
+      return;
+    }
+    auto bpd = dnnlc::eltwise_backward(eng(), algo_, md_, md_, alpha_, 0.f, pd_);
     Items post;
     memory ds;
     if (in_place_ && !in().diff) {

@@ -1,5 +1,6 @@
-// The fusion pass of the CPU plan: which relus their producers apply, and which may
-// run in place over their input.
+// The fusion pass of the CPU plan: which relus their producers apply, which may run in
+// place over their input, and which max poolings may apply the gradient of the relu
+// before them.
 #include "backend/cpu/plan.h"
 
 namespace cohort::backend::cpu {
@@ -40,6 +41,18 @@ Fusion plan_fusion(const NetSpec& spec) {
   }
   f.relu_in_place.assign(n, false);
   for (size_t i = 1; i < n; ++i) f.relu_in_place[i] = relu_in_place(spec, f.consumers, i);
+  f.pool_after_relu.assign(n, false);
+  for (size_t i = 1; i < n; ++i) {
+    const LayerSpec& l = spec.layers[i];
+    if (l.kind != LayerKind::kMaxPool || l.inputs.size() != 1) continue;
+    const size_t relu = static_cast<size_t>(l.inputs[0]);
+    const LayerSpec& r = spec.layers[relu];
+    if (r.kind != LayerKind::kActivation || r.act != ActKind::kRelu || r.inputs.size() != 1 || f.consumers[relu] != 1)
+      continue;
+    const size_t src = static_cast<size_t>(r.inputs[0]);
+    const LayerKind k = spec.layers[src].kind;
+    f.pool_after_relu[i] = f.fused[src] && (k == LayerKind::kConv || k == LayerKind::kDense);
+  }
   return f;
 }
 

@@ -296,7 +296,7 @@ std::unique_ptr<CpuLayer> CpuPlan::make_layer(size_t i, const Fusion& fusion) {
     case LayerKind::kMaxPool:
     case LayerKind::kAvgPool:
     case LayerKind::kGlobalAvgPool:
-      return make_pool_layer(*this, l, idx);
+      return make_pool_layer(*this, l, idx, fusion.pool_after_relu[i]);
     case LayerKind::kLrn:
       return make_lrn_layer(*this, l, idx);
     case LayerKind::kActivation: {
@@ -327,6 +327,7 @@ void CpuPlan::build() {
   require(n >= 2 && spec_.layers[0].kind == LayerKind::kInput, "a network needs an input and at least one layer");
   const Fusion fusion = plan_fusion(spec_);
   vals_.resize(n);
+  relu_grad_by_consumer_.assign(n, false);
   for (size_t i = 0; i < n; ++i) {
     const LayerSpec& l = spec_.layers[i];
     dims d{opt_.batch};

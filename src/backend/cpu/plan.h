@@ -91,6 +91,9 @@ struct Fusion {
   std::vector<int> consumers;       // layers reading each layer's output
   std::vector<bool> fused;          // a batch norm, conv or dense applies the relu after it
   std::vector<bool> relu_in_place;  // a relu that may overwrite its input
+  // a max pooling whose input is a relu that a conv or dense applied, read by it alone:
+  // the pooling may apply the relu's gradient too (relu_grad_by_consumer_)
+  std::vector<bool> pool_after_relu;
 };
 Fusion plan_fusion(const NetSpec& spec);
 
@@ -128,6 +131,9 @@ class CpuPlan final : public Plan {
   const GradReady* ready_ = nullptr;
   float loss_scale_ = 1.f;
   memory out_grad_;
+  // Relus whose consumer applies their gradient (set by a max pooling as it builds its
+  // forward; such a relu's backward hands its gradient on unchanged).
+  std::vector<bool> relu_grad_by_consumer_;
 
   float* param_data(int param) const { return bind_.params.at(static_cast<size_t>(param)).data_as<float>(); }
   float* grad_data(int param) const { return bind_.grads.at(static_cast<size_t>(param)).data_as<float>(); }
@@ -184,7 +190,8 @@ std::unique_ptr<CpuLayer> make_conv_layer(CpuPlan& plan, const LayerSpec& spec, 
 std::unique_ptr<CpuLayer> make_dense_layer(CpuPlan& plan, const LayerSpec& spec, int index);
 std::unique_ptr<CpuLayer> make_batch_norm_layer(CpuPlan& plan, const LayerSpec& spec, int index, bool fuse_relu);
 std::unique_ptr<CpuLayer> make_lrn_layer(CpuPlan& plan, const LayerSpec& spec, int index);
-std::unique_ptr<CpuLayer> make_pool_layer(CpuPlan& plan, const LayerSpec& spec, int index);
+// after_relu: Fusion::pool_after_relu.
+std::unique_ptr<CpuLayer> make_pool_layer(CpuPlan& plan, const LayerSpec& spec, int index, bool after_relu);
 // in_place: overwrite the input; done_by_input: the producer already applied this
 // relu (a conv or dense post-op), so only backward is left (in place, from dst).
 std::unique_ptr<CpuLayer> make_activation_layer(CpuPlan& plan, const LayerSpec& spec, int index, bool in_place,

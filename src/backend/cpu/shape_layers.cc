@@ -90,8 +90,14 @@ class FlattenLayer final : public CpuLayer {
       out().mem = plan_.take(fwd, in().mem, plain_md(out().shape, dt_));
       return;
     }
-    plain4_ = memory(plain_md(in().shape, dt_), eng());
-    CpuPlan::reorder(fwd, in().mem, plain4_);
+    // A plain input is the output itself (a view), unless it is the batch, whose
+    // memory each step sets; anything else is reordered to plain.
+    if (in().mem.get_desc() == plain_md(in().shape, dt_) && in().mem.get_data_handle() != nullptr) {
+      plain4_ = in().mem;
+    } else {
+      plain4_ = memory(plain_md(in().shape, dt_), eng());
+      CpuPlan::reorder(fwd, in().mem, plain4_);
+    }
     out().mem = memory(plain_md(out().shape, dt_), eng(), plain4_.get_data_handle());
   }
   void build_backward() override {

@@ -168,6 +168,55 @@ INSTANTIATE_TEST_SUITE_P(Shapes, PoolTest,
                                            PoolCase{16, 7, 7, 3, 2, 1, false, false},
                                            PoolCase{4, 7, 7, 3, 1, 1, true, true}));
 
+// Max pooling of a convolution's blocked output: on a CPU with AVX-512 the CPU backend's
+// own loops read it, writing plain values for a flatten and blocked ones for another
+// convolution (elsewhere oneDNN's pooling runs, and the tests check that instead). Here
+// the convolution applies a relu, whose gradient the pooling's backward then applies.
+TEST(MaxPool, OfABlockedConvAndReluIntoAFlatten) {
+  const int n = 2;
+  Graph g({16, 6, 6});
+  int c = g.relu(g.conv(g.input(), "conv", 16, ConvOptions{3, 3, 1, 1, 1, 1, false}), "relu");
+  int f = g.flatten(g.max_pool(c, "pool", PoolOptions{2, 2, 0, false}), "flat");
+  g.dense(f, "fc", 5);
+  ref::Geo geo{n, 16, 6, 6, 3, 3, 1, 1, 1}, pgeo{n, 16, 6, 6, 2, 2, 2, 0, 1};
+  ref::Vec x = ref::random_vec(n * 16 * 36, 1), w = ref::random_vec(16 * 16 * 9, 2);
+  ref::Vec fw = ref::random_vec(5 * 144, 3), fb = ref::random_vec(5, 4), dy = ref::random_vec(n * 5, 5);
+  ref::Vec y1 = ref::conv_fwd(geo, 16, 1, x, w, nullptr);
+  for (double& v : y1) v = std::max(v, 0.0);
+  ref::Vec y2 = ref::pool_fwd(pgeo, 3, 3, true, y1);
+  ref::Vec d2, dfw, dfb, dx, dw, db;
+  ref::dense_bwd(n, 144, 5, y2, fw, dy, d2, dfw, dfb);
+  ref::Vec d1 = ref::pool_bwd(pgeo, 3, 3, true, y1, d2);
+  for (size_t i = 0; i < d1.size(); ++i) d1[i] = y1[i] > 0 ? d1[i] : 0.0;
+  ref::conv_bwd(geo, 16, 1, x, w, d1, dx, dw, db);
+  Result r = run(g, n, x, {w, fw, fb}, dy);
+  expect_close(r.y, ref::dense_fwd(n, 144, 5, y2, fw, fb), "output");
+  expect_close(r.dx, dx, "input gradient");
+  expect_close(r.dparams[0], dw, "conv weight gradient");
+  expect_close(r.dparams[1], dfw, "dense weight gradient");
+  expect_layouts_agree(g, n, x, {w, fw, fb}, dy);
+}
+
+TEST(MaxPool, OfABlockedConvIntoAConv) {
+  const int n = 2;
+  Graph g({16, 7, 7});
+  int c = g.conv(g.input(), "conv1", 32, ConvOptions{3, 3, 1, 1, 1, 1, false});
+  g.conv(g.max_pool(c, "pool", PoolOptions{3, 2, 1, false}), "conv2", 16, ConvOptions{1, 1, 1, 0, 1, 1, false});
+  ref::Geo geo1{n, 16, 7, 7, 3, 3, 1, 1, 1}, pgeo{n, 32, 7, 7, 3, 3, 2, 1, 1}, geo2{n, 32, 4, 4, 1, 1, 1, 0, 1};
+  ref::Vec x = ref::random_vec(n * 16 * 49, 1), w1 = ref::random_vec(32 * 16 * 9, 2);
+  ref::Vec w2 = ref::random_vec(16 * 32, 3), dy = ref::random_vec(n * 16 * 16, 4);
+  ref::Vec y1 = ref::conv_fwd(geo1, 32, 1, x, w1, nullptr), y2 = ref::pool_fwd(pgeo, 4, 4, true, y1);
+  ref::Vec d2, dw2, db2, dx, dw1, db1;
+  ref::conv_bwd(geo2, 16, 1, y2, w2, dy, d2, dw2, db2);
+  ref::conv_bwd(geo1, 32, 1, x, w1, ref::pool_bwd(pgeo, 4, 4, true, y1, d2), dx, dw1, db1);
+  Result r = run(g, n, x, {w1, w2}, dy);
+  expect_close(r.y, ref::conv_fwd(geo2, 16, 1, y2, w2, nullptr), "output");
+  expect_close(r.dx, dx, "input gradient");
+  expect_close(r.dparams[0], dw1, "conv1 weight gradient");
+  expect_close(r.dparams[1], dw2, "conv2 weight gradient");
+  expect_layouts_agree(g, n, x, {w1, w2}, dy);
+}
+
 TEST(GlobalAvgPool, IsTheMeanOverSpace) {
   const int n = 2, c = 16, h = 3, w = 5;
   Graph g({c, h, w});
