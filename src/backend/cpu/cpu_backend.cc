@@ -1,9 +1,6 @@
 // The oneDNN CPU backend (its plan: backend/cpu/plan.h) and what the CPU offers it.
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/plan.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#  include <cpuid.h>
-#endif
 
 #include <atomic>
 
@@ -17,16 +14,6 @@ void warn_once_if_slow(Precision p, const CpuIsa& isa) {
   static std::atomic<bool> warned{false};
   const std::string warning = cpu_precision_warning(p, isa);
   if (!warning.empty() && !warned.exchange(true)) COHORT_LOG_WARN(warning);
-}
-
-// CPUID leaf 7's AVX512-FP16 bit (EDX 23), which oneDNN 2.x's ISA does not report.
-bool cpu_has_avx512_fp16() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  return __get_cpuid_count(7, 0, &a, &b, &c, &d) != 0 && (d & (1u << 23)) != 0;
-#else
-  return false;
-#endif
 }
 
 class CpuBackend final : public Backend {
@@ -58,7 +45,7 @@ CpuIsa probe_cpu_isa() {
   auto has = [v](dnnl_cpu_isa_t i) { return (v & static_cast<unsigned>(i)) == static_cast<unsigned>(i); };
   isa.bf16 = dnnlc::effective_isa_has_bf16();
   isa.amx = has(dnnl_cpu_isa_avx512_core_amx);
-  isa.fp16 = cpu_has_avx512_fp16();
+  isa.fp16 = cpu::cpu_has_avx512_fp16();
   if (isa.amx)
     isa.name = "avx512_core_amx";
   else if (isa.bf16)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/cpu_features.h"
 #include "kernels/dropout.h"
 #include "kernels/half.h"
 
@@ -81,12 +82,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void mask_avx512(uint8_t* k
 #  if defined(__GNUC__) && !defined(__clang__)
 #    pragma GCC diagnostic pop
 #  endif
-
-bool have_avx512() {
-  static const bool yes =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
 #endif
 
 }  // namespace
@@ -94,7 +89,7 @@ bool have_avx512() {
 void dropout_mask(uint8_t* keep, int64_t n, uint64_t offset, uint64_t stream, uint64_t seed, float p) {
   const uint32_t threshold = drop_threshold(p);
 #if defined(__x86_64__)
-  if (have_avx512()) {
+  if (cpu::cpu_has_avx512()) {
     // Scalar up to a counter boundary whose low word does not wrap within 16 counters,
     // then whole blocks of 64 elements.
     int64_t head = static_cast<int64_t>((64 - offset % 64) % 64);
@@ -153,14 +148,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void apply_avx512(const uin
 
 void dropout_apply_mask(const float* x, float* y, const uint8_t* keep, int64_t n, float scale) {
 #if defined(__x86_64__)
-  if (have_avx512()) return apply_avx512(x, y, keep, n, scale);
+  if (cpu::cpu_has_avx512()) return apply_avx512(x, y, keep, n, scale);
 #endif
   apply_loop(x, y, keep, n, scale, f32_load, f32_store);
 }
 
 void dropout_apply_mask(const uint16_t* x, uint16_t* y, const uint8_t* keep, int64_t n, float scale) {
 #if defined(__x86_64__)
-  if (have_avx512()) return apply_avx512(x, y, keep, n, scale);
+  if (cpu::cpu_has_avx512()) return apply_avx512(x, y, keep, n, scale);
 #endif
   apply_loop(x, y, keep, n, scale, bf16_load, bf16_store);
 }

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "backend/cpu/cpu_features.h"
+
 #if defined(__x86_64__)
 #  include <immintrin.h>
 #endif
@@ -31,12 +33,6 @@ namespace {
 #    pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #  endif
 #  define COHORT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-bool have_avx512() {
-  static const bool yes =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  return yes;
-}
 
 // 16 channels as f32 in one register, from and to f32 or bf16 (uint16_t bits; stored
 // rounded to nearest even, as kernels/half.h's float_to_bf16: the maxima, each one of
@@ -312,7 +308,7 @@ COHORT_AVX512 void backward_planes(const MaxPoolGeometry& g, const S* dy, const 
 
 bool max_pool_supported(const MaxPoolGeometry& g, const PoolLayout& x) {
 #if defined(__x86_64__)
-  return have_avx512() && x.block % 16 == 0 && g.kh > 0 && g.kw > 0 && g.kh * g.kw <= 255;
+  return cpu_has_avx512() && x.block % 16 == 0 && g.kh > 0 && g.kw > 0 && g.kh * g.kw <= 255;
 #else
   (void)g;
   (void)x;

@@ -75,7 +75,7 @@ void reference(const MaxPoolGeometry& g, const std::vector<float>& x, std::vecto
         }
 }
 
-// Values in `form` (padding channels zero) from NCHW ones, as f32 or bf16 bits.
+// f32 values as bf16 bits (rounded to nearest even), and back.
 std::vector<uint16_t> to_bf16(const std::vector<float>& v) {
   std::vector<uint16_t> b(v.size());
   for (size_t i = 0; i < v.size(); ++i) b[i] = kernels::float_to_bf16(v[i]);
@@ -86,6 +86,8 @@ std::vector<float> from_bf16(const std::vector<uint16_t>& b) {
   for (size_t i = 0; i < b.size(); ++i) v[i] = kernels::bf16_to_float(b[i]);
   return v;
 }
+
+// Values in `form` (padding channels zero) from NCHW ones.
 std::vector<float> to_form(const std::vector<float>& nchw, Form f, int64_t n, int64_t c, int64_t h, int64_t w) {
   const PoolLayout l = layout_of(f, n, c, h, w);
   std::vector<float> out(static_cast<size_t>(elements(f, n, c, h, w)), 0.f);
