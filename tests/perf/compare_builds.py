@@ -7,11 +7,12 @@ ratio new / old. For checking that a change costs nothing on the CPU.
 Each allreduce run repeats its size until about 4 GB have been reduced (at least 10,
 at most 50,000 times): on a shared VM a run's first tens of milliseconds can be several
 times slower than the rest, and a short run measures that transient, not the code.
---models "" leaves out the training rows, --sizes "" the allreduce.
+--models "" leaves out the training rows, --sizes "" the allreduce; --precisions lists
+those of the training rows (f32, bf16, f16 where the CPU has them).
 
 Usage: compare_builds.py OLD_BUILD NEW_BUILD [--rounds 5] [--threads 1,2]
                          [--models mnist_cnn,resnet20,resnet50] [--sizes 64K,4M,64M,256M]
-                         [--lock FILE]
+                         [--precisions f32[,bf16]] [--lock FILE]
   --lock FILE  hold an exclusive flock on FILE while a row is measured"""
 import argparse
 import fcntl
@@ -27,11 +28,12 @@ CASES = {  # model: batch, steps, warm-up (compute/compare.py's rows)
 }
 
 
-def bench_rate(build, model, threads):
+def bench_rate(build, model, threads, precision):
     batch, steps, warmup = CASES[model]
     exe = os.path.join(build, "tests/perf/compute/compute_train_bench")
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_WAIT_POLICY="PASSIVE")
-    p = subprocess.run(["timeout", "1800", exe, model, str(batch), str(threads), str(steps), str(warmup), "f32"],
+    p = subprocess.run(["timeout", "1800", exe, model, str(batch), str(threads), str(steps), str(warmup),
+                        precision],
                        env=env, capture_output=True, text=True)
     last = (p.stdout.strip().splitlines() or [""])[-1]
     if p.returncode != 0 or not last.startswith("images/sec:"):
@@ -74,6 +76,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--models", default="mnist_cnn,resnet20,resnet50")
     ap.add_argument("--sizes", default="64K,4M,64M,256M")
+    ap.add_argument("--precisions", default="f32")
     ap.add_argument("--lock", default="")
     a = ap.parse_args()
     builds = {"old": a.old, "new": a.new}
@@ -81,22 +84,23 @@ def main():
     sizes = [s for s in a.sizes.split(",") if s]
     print("load average before:", " ".join(open("/proc/loadavg").read().split()[:3]), flush=True)
     rows = []
-    for model in filter(None, a.models.split(",")):
-        for t in threads:
-            lock = open(a.lock, "w") if a.lock else None
-            if lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-            got = {k: [] for k in builds}
-            for _ in range(a.rounds):
-                for k, b in builds.items():
-                    got[k].append(bench_rate(b, model, t))
-            if lock:
-                lock.close()
-            wall = {k: statistics.median(r[0] for r in v) for k, v in got.items()}
-            cpu = {k: statistics.median(r[1] for r in v) for k, v in got.items()}
-            rows.append((f"{model} b{CASES[model][0]} {t} thr (img/s)", wall["old"], wall["new"]))
-            rows.append((f"{model} b{CASES[model][0]} {t} thr (img/CPU-s)", cpu["old"], cpu["new"]))
-            print(f"{model} {t} thr: {got}", flush=True)
+    cases = [(m, p, t) for m in filter(None, a.models.split(",")) for p in a.precisions.split(",") for t in threads]
+    for model, precision, t in cases:
+        lock = open(a.lock, "w") if a.lock else None
+        if lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        got = {k: [] for k in builds}
+        for _ in range(a.rounds):
+            for k, b in builds.items():
+                got[k].append(bench_rate(b, model, t, precision))
+        if lock:
+            lock.close()
+        wall = {k: statistics.median(r[0] for r in v) for k, v in got.items()}
+        cpu = {k: statistics.median(r[1] for r in v) for k, v in got.items()}
+        name = f"{model} b{CASES[model][0]} {precision} {t} thr"
+        rows.append((f"{name} (img/s)", wall["old"], wall["new"]))
+        rows.append((f"{name} (img/CPU-s)", cpu["old"], cpu["new"]))
+        print(f"{name}: {got}", flush=True)
     got = {k: [] for k in builds}
     for _ in range(a.rounds if sizes else 0):
         for k, b in builds.items():

@@ -28,7 +28,8 @@ def cpu_flags():
 
 
 # Intel names its server cores by model number (family 6); AVX512-BF16 and AMX alone do
-# not tell Cooper Lake from Sapphire or Emerald Rapids, and a VM may hide AMX.
+# not tell Cooper Lake from Sapphire or Emerald Rapids, and a VM may hide AMX or report a
+# model number of a client core (167, Rocket Lake, beside AMX).
 _INTEL_SERVER = {85: "Skylake or Cascade Lake", 106: "Ice Lake",
                  143: "Sapphire Rapids", 207: "Emerald Rapids", 173: "Granite Rapids",
                  175: "Sierra Forest"}
@@ -43,7 +44,11 @@ def _generation(vendor, family, model, flags):
     if vendor == "GenuineIntel" and family == 6:
         if model == 85 and "avx512_bf16" in flags:
             return "Cooper Lake"
-        return _INTEL_SERVER.get(model, "")
+        if model in _INTEL_SERVER:
+            return _INTEL_SERVER[model]
+        if "amx_bf16" in flags:
+            return "Sapphire Rapids or newer, by its AMX (no AMX processor has this model number)"
+        return ""
     return ""
 
 
