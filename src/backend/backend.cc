@@ -28,6 +28,14 @@ void check_bindings(const NetSpec& spec, const Bindings& bindings, Device device
   check_list("states", bindings.states, spec.state_shapes, device);
 }
 
+PointwiseBackward parse_pointwise_backward(std::string_view value) {
+  if (value == "auto") return PointwiseBackward::kAuto;
+  if (value == "matmul") return PointwiseBackward::kMatmul;
+  if (value == "convolution") return PointwiseBackward::kConvolution;
+  fail(Code::kInvalidArgument, "cpu_pointwise_backward=", value,
+       " is not a choice; expected auto, matmul or convolution");
+}
+
 CudaBatchNorm parse_cuda_batch_norm(std::string_view value) {
   if (value == "auto") return CudaBatchNorm::kAuto;
   if (value == "kernels") return CudaBatchNorm::kKernels;

@@ -26,6 +26,16 @@
 
 namespace cohort::backend {
 
+// How the CPU backend computes the backward of a 1x1 convolution without groups,
+// dilation, padding or bias (backend/cpu/weighted_layers.cc).
+enum class PointwiseBackward {
+  kAuto,         // matrix products for bf16 NHWC ones on a CPU with AMX (oneDNN 2), else oneDNN's
+  kMatmul,       // matrix products for every one (its values NHWC)
+  kConvolution,  // oneDNN's backward convolutions for every one
+};
+// "auto", "matmul", "convolution" (the option cpu_pointwise_backward); throws kInvalidArgument.
+PointwiseBackward parse_pointwise_backward(std::string_view value);
+
 struct PlanOptions {
   int64_t batch = 1;
   Layout layout = Layout::kNCHW;          // of the input and of read()/read_input_grad()
@@ -33,6 +43,8 @@ struct PlanOptions {
   bool input_grad = false;                // also compute the gradient of the input
   uint64_t seed = 0;                      // dropout
   Precision precision = Precision::kF32;  // backend/precision.h: what computes in what
+  // The CPU backend's 1x1 convolutions
+  PointwiseBackward pointwise_backward = PointwiseBackward::kAuto;
 };
 
 // Seconds spent per layer over the profiled steps: the layer's own forward and

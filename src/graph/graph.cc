@@ -417,6 +417,13 @@ void Graph::set_precision(backend::Precision precision) {
   last_train_ = nullptr;
 }
 
+void Graph::set_pointwise_backward(backend::PointwiseBackward mode) {
+  if (mode == pointwise_backward_) return;
+  pointwise_backward_ = mode;
+  plans_.clear();
+  last_train_ = nullptr;
+}
+
 void Graph::set_loss_scale(float scale) {
   for (auto& [key, plan] : plans_) plan->set_loss_scale(scale);
   loss_scale_ = scale;
@@ -464,6 +471,7 @@ backend::Plan& Graph::plan(int64_t batch, Layout layout, bool training, bool inp
   opt.input_grad = input_grad;
   opt.seed = dropout_seed_;
   opt.precision = precision_;
+  opt.pointwise_backward = pointwise_backward_;
   auto plan = backend_->compile(spec_, bindings_, opt);
   if (loss_scale_ != 1.f) plan->set_loss_scale(loss_scale_);
   if (profiling_) plan->set_profiling(true);

@@ -104,6 +104,9 @@ class Graph {
   // running statistics stay f32. Plans compiled for another precision are dropped.
   void set_precision(backend::Precision precision);
   backend::Precision precision() const { return precision_; }
+  // How the CPU backend computes the backward of its 1x1 convolutions (the option
+  // cpu_pointwise_backward). Plans compiled with another choice are dropped.
+  void set_pointwise_backward(backend::PointwiseBackward mode);
   // Multiplies the loss gradient backward starts from (loss scaling; 1 = none).
   void set_loss_scale(float scale);
   void set_dropout_seed(uint64_t seed) { dropout_seed_ = seed; }
@@ -173,6 +176,7 @@ class Graph {
   std::map<std::tuple<int64_t, int, bool, bool>, std::unique_ptr<backend::Plan>> plans_;
   backend::Plan* last_train_ = nullptr;
   backend::Precision precision_ = backend::Precision::kF32;
+  backend::PointwiseBackward pointwise_backward_ = backend::PointwiseBackward::kAuto;
   float loss_scale_ = 1.f;
   bool profiling_ = false;
   int64_t profiled_steps_ = 0;

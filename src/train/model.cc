@@ -45,6 +45,7 @@ Model::Model(std::shared_ptr<Runtime> runtime, std::string name, std::unique_ptr
     COHORT_LOG_INFO("model '", name_, "' computes on ", backend->describe());
   graph_->set_backend(std::move(backend), device.is_host() ? nullptr : runtime_->memory().on(device));
   graph_->set_precision(backend::parse_precision(config.get_string("precision")));
+  graph_->set_pointwise_backward(backend::parse_pointwise_backward(config.get_string("cpu_pointwise_backward")));
   graph_->set_dropout_seed(seed_);
   graph_->add_grad_ready([this](int index, const Parameter&, const Event& ready) {
     if (grad_ready_) grad_ready_(static_cast<size_t>(index), ready);

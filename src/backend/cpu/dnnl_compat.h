@@ -134,6 +134,17 @@ inline IpBwdWeights::primitive_desc ip_backward_weights(const engine& e, const m
 #endif
 }
 
+// ---- matrix product ----
+using Matmul = dnnl::matmul;
+
+inline Matmul::primitive_desc matmul(const engine& e, const md& a, const md& b, const md& c) {
+#if DNNL_VERSION_MAJOR >= 3
+  return {e, a, b, c};
+#else
+  return {Matmul::desc(a, b, c), e};
+#endif
+}
+
 // ---- batch normalization ----
 using BnFwd = dnnl::batch_normalization_forward;
 using BnBwd = dnnl::batch_normalization_backward;

@@ -192,6 +192,12 @@ memory CpuPlan::take(Items& items, const memory& m, const memory::desc& want) {
   return copy;
 }
 
+memory CpuPlan::view(Items& items, const memory& m, const memory::desc& md) {
+  memory v(md, eng_, m.get_data_handle());
+  items.push_back({{}, {}, [v, m]() mutable { v.set_data_handle(m.get_data_handle()); }});
+  return v;
+}
+
 memory CpuPlan::diff_target(Items& after, Val& v, const memory::desc& md) {
   if (!v.diff) {
     v.diff = memory(md, eng_);

@@ -134,6 +134,9 @@ class CpuPlan final : public Plan {
   // Relus whose consumer applies their gradient (set by a max pooling as it builds its
   // forward; such a relu's backward hands its gradient on unchanged).
   std::vector<bool> relu_grad_by_consumer_;
+  // 1x1 convolutions whose backward is matrix products (PointwiseBackward), counted as
+  // they build it.
+  int matmul_backwards_ = 0;
 
   float* param_data(int param) const { return bind_.params.at(static_cast<size_t>(param)).data_as<float>(); }
   float* grad_data(int param) const { return bind_.grads.at(static_cast<size_t>(param)).data_as<float>(); }
@@ -145,6 +148,9 @@ class CpuPlan final : public Plan {
   }
   // `m`'s data in layout `want`: m itself, or a copy made by a reorder in `items`.
   memory take(Items& items, const memory& m, const memory::desc& want);
+  // m's buffer seen as md (other dims or strides over the same bytes), its handle set
+  // from m's by an item in `items` each time they run (m's may change between steps).
+  memory view(Items& items, const memory& m, const memory::desc& md);
   // Memory a backward primitive writes v's gradient into; later contributions are
   // added by reorders appended to `after`.
   memory diff_target(Items& after, Val& v, const memory::desc& md);

@@ -1,4 +1,7 @@
 // Convolution and inner product (dense): the layers with weights.
+#include <algorithm>
+#include <cstring>
+
 #include "backend/cpu/plan.h"
 
 namespace cohort::backend::cpu {
@@ -18,7 +21,7 @@ class WeightedLayer : public CpuLayer {
     plain_w_ = weights_plain();
     has_bias_ = spec_.bias;
     bias_md_ = memory::desc({d[1]}, dt::f32, tag::a);
-    src_md_ = s.size() == 2 ? plain_md(s, dt_) : any_md(s, dt_);
+    src_md_ = s.size() == 2 ? plain_md(s, dt_) : nhwc_values_ ? plain_md(s, dt_, Layout::kNHWC) : any_md(s, dt_);
     w_any_ = any_md(dnnlc::dims_of(plain_w_), dt_);
     dnnl::primitive_attr attr;
     if (fused_relu) {
@@ -26,7 +29,8 @@ class WeightedLayer : public CpuLayer {
       dnnlc::append_eltwise(po, dnnl::algorithm::eltwise_relu, 0.f, 0.f);
       attr.set_post_ops(po);
     }
-    fpd_ = fwd_pd(fwd_prop(training()), src_md_, w_any_, has_bias_ ? &bias_md_ : nullptr, any_md(d, dt_), attr);
+    const memory::desc dst_md = nhwc_values_ ? plain_md(d, dt_, Layout::kNHWC) : any_md(d, dt_);
+    fpd_ = fwd_pd(fwd_prop(training()), src_md_, w_any_, has_bias_ ? &bias_md_ : nullptr, dst_md, attr);
     src_ = plan_.take(fwd, in().mem, fpd_.src_desc());
     w_ = plan_.param_in(fwd, spec_.params[0], plain_w_, fpd_.weights_desc());
     out().mem = memory(fpd_.dst_desc(), eng());
@@ -69,19 +73,121 @@ class WeightedLayer : public CpuLayer {
                                                              const memory::desc* bias, const memory::desc& d) = 0;
   memory::desc bias_md_, src_md_, w_any_, plain_w_;
   bool has_bias_ = false;
+  bool nhwc_values_ = false;  // NHWC input and output rather than the layouts oneDNN prefers
   typename Fwd::primitive_desc fpd_;
   memory src_, w_;
 };
 
+// A 1x1 convolution without groups, dilation, padding or bias is a matrix product over
+// the pixels of NHWC values: y[P, K] = x[P, C] · Wᵀ. Its backward is two more, over the
+// output's P = N·OH·OW pixels: dW[K, C] = dyᵀ · x and dx[P, C] = dy · W, where x is
+// taken (and dx written, zero elsewhere) at every stride-th pixel. On a CPU with AMX,
+// oneDNN 2.6's bf16 backward convolutions of this form ran at a third to a quarter of
+// the speed of its matrix products (docs/guides/performance.md).
 class ConvLayer final : public WeightedLayer<dnnlc::ConvFwd, dnnlc::ConvBwdData, dnnlc::ConvBwdWeights> {
  public:
   using WeightedLayer::WeightedLayer;
   void build_forward() override {
     geo_ = geometry(spec_.win, in().shape, out().shape);
+    const PointwiseBackward mode = plan_.opt_.pointwise_backward;
+    nhwc_values_ = training() && pointwise() && mode == PointwiseBackward::kMatmul;
     WeightedLayer::build_forward();
+  }
+  void build_backward() override {
+    if (by_matmul())
+      build_matmul_backward();
+    else
+      WeightedLayer::build_backward();
   }
 
  private:
+  bool pointwise() {
+    auto zeros = [](const dims& v) { return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 0; }); };
+    return spec_.groups == 1 && spec_.win.kh == 1 && spec_.win.kw == 1 && !spec_.bias && in().shape.size() == 4 &&
+           zeros(geo_.pad_l) && zeros(geo_.pad_r) && zeros(geo_.dilation);
+  }
+  bool by_matmul() {
+    const PointwiseBackward mode = plan_.opt_.pointwise_backward;
+    if (!pointwise() || mode == PointwiseBackward::kConvolution) return false;
+    if (fpd_.src_desc() != plain_md(in().shape, dt_, Layout::kNHWC) ||
+        fpd_.dst_desc() != plain_md(out().shape, dt_, Layout::kNHWC))
+      return false;
+    // auto: where it was measured, oneDNN 2's bf16 convolutions on AMX (oneDNN 3 has
+    // backward convolutions built on the same matrix kernels as its matmul)
+    static const bool amx = probe_cpu_isa().amx;
+    return mode == PointwiseBackward::kMatmul || (dt_ == dt::bf16 && amx && !dnnlc::kV3);
+  }
+  // A matrix of `rows` × `cols` elements `type` whose (i, j) lies at i·rs + j·cs.
+  static memory::desc matrix(int64_t rows, int64_t cols, dt type, int64_t rs, int64_t cs) {
+    return {{rows, cols}, type, dims{rs, cs}};
+  }
+  // Between NHWC `big` (the input's shape) and NHWC `small` (the output's pixels, the
+  // input's channels): gather copies big's pixel (n, oy·sh, ox·sw) to small's (n, oy, ox);
+  // else small's go back there and big's other pixels are zeroed. (The lattice's N·OH·OW
+  // pixels are not a matrix's rows, which lie one stride apart.)
+  void lattice_copy(Items& items, const memory& big, const memory& small, bool gather) {
+    const dims &s = in().shape, &d = out().shape;
+    const int64_t ih = s[2], iw = s[3], oh = d[2], ow = d[3], sh = geo_.strides[0], sw = geo_.strides[1];
+    const size_t pixel = static_cast<size_t>(s[1]) * (dt_ == dt::f32 ? 4 : 2);
+    CpuPlan* plan = &plan_;
+    items.push_back({{},
+                     {},
+                     [=] {
+                       char* b = static_cast<char*>(big.get_data_handle());
+                       char* m = static_cast<char*>(small.get_data_handle());
+                       plan->for_chunks(s[0] * ih * iw, [&](int64_t lo, int64_t hi) {
+                         for (int64_t i = lo; i < hi; ++i) {
+                           const int64_t n = i / (ih * iw), y = i / iw % ih, x = i % iw;
+                           char* at = b + static_cast<size_t>(i) * pixel;
+                           const bool on = y % sh == 0 && x % sw == 0 && y / sh < oh && x / sw < ow;
+                           char* to = on ? m + static_cast<size_t>((n * oh + y / sh) * ow + x / sw) * pixel : nullptr;
+                           if (gather && on)
+                             std::memcpy(to, at, pixel);
+                           else if (!gather)
+                             on ? std::memcpy(at, to, pixel) : std::memset(at, 0, pixel);
+                         }
+                       });
+                     },
+                     true});
+  }
+  void matmul(Items& items, const memory& a, const memory& b, const memory& c) {
+    const auto pd = dnnlc::matmul(eng(), a.get_desc(), b.get_desc(), c.get_desc());
+    items.push_back({dnnl::matmul(pd), {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}}, {}});
+  }
+  void build_matmul_backward() {
+    const dims &s = in().shape, &d = out().shape;
+    const int64_t c = s[1], k = d[1], p = d[0] * d[2] * d[3];
+    const int64_t sh = geo_.strides[0], sw = geo_.strides[1];
+    const bool strided = sh != 1 || sw != 1;
+    ++plan_.matmul_backwards_;
+    const memory dd = plan_.diff_source(bwd, out(), plain_md(d, dt_, Layout::kNHWC));
+    memory x = src_;  // x at the output's pixels
+    if (strided) {
+      x = memory(plain_md({d[0], c, d[2], d[3]}, dt_, Layout::kNHWC), eng());
+      lattice_copy(bwd, src_, x, true);
+    }
+    Items after;
+    const memory dw = plan_.grad_out(after, spec_.params[0], plain_w_, plain_w_);
+    matmul(bwd, plan_.view(bwd, dd, matrix(k, p, dt_, 1, k)), plan_.view(bwd, x, matrix(p, c, dt_, c, 1)),
+           plan_.view(bwd, dw, matrix(k, c, dt::f32, c, 1)));
+    for (auto& it : after) bwd.push_back(it);
+    plan_.ready(bwd, spec_.params[0]);
+    if (in().needs_grad) build_matmul_backward_data(dd, strided);
+  }
+  void build_matmul_backward_data(const memory& dd, bool strided) {
+    const dims &s = in().shape, &d = out().shape;
+    const int64_t c = s[1], k = d[1], p = d[0] * d[2] * d[3];
+    const memory::desc dy = matrix(p, k, dt_, k, 1), dx = matrix(p, c, dt_, c, 1);
+    const auto pd = dnnlc::matmul(eng(), dy, any_md({k, c}, dt_), dx);
+    const memory master(matrix(k, c, dt::f32, c, 1), eng(), plan_.param_data(spec_.params[0]));
+    const memory w = plan_.take(bwd, master, pd.weights_desc());
+    Items post;
+    const memory ds = plan_.diff_target(post, in(), plain_md(s, dt_, Layout::kNHWC));
+    const memory compact = strided ? memory(plain_md({d[0], c, d[2], d[3]}, dt_, Layout::kNHWC), eng()) : ds;
+    matmul(bwd, plan_.view(bwd, dd, dy), w, plan_.view(bwd, compact, dx));
+    if (strided) lattice_copy(bwd, ds, compact, false);
+    for (auto& it : post) bwd.push_back(it);
+  }
   memory::desc weights_plain() const override {
     const auto& w = spec_.win;
     const int64_t o = spec_.out_channels, i = plan_.vals_[static_cast<size_t>(spec_.inputs[0])].shape[1];

@@ -2,7 +2,8 @@
 // plain SGD update per step, synthetic data. Prints one line per timed step and a
 // final "images/sec: MEDIAN CPU_MEDIAN" line (the second is images per second of
 // process CPU time, steadier than wall time on a shared machine).
-// Usage: train_bench MODEL BATCH THREADS STEPS [WARMUP [PRECISION [--profile]]]
+// Usage: train_bench MODEL BATCH THREADS STEPS [WARMUP [PRECISION [--profile] [--pointwise=MODE]]]
+// (MODE: the option cpu_pointwise_backward, auto by default).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,18 +19,32 @@
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s MODEL BATCH THREADS STEPS [WARMUP [PRECISION [--profile]]]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODEL BATCH THREADS STEPS [WARMUP [PRECISION [--profile] [--pointwise=auto|matmul|"
+                 "convolution]]]\n",
+                 argv[0]);
     return 2;
   }
   const int batch = std::atoi(argv[2]), threads = std::atoi(argv[3]), steps = std::atoi(argv[4]);
   const int warmup = argc > 5 ? std::atoi(argv[5]) : 1;
   const char* precision = argc > 6 ? argv[6] : "f32";
-  const bool profile = argc > 7 && std::string(argv[7]) == "--profile";
+  bool profile = false;
+  std::string pointwise = "auto";
+  for (int i = 7; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--profile")
+      profile = true;
+    else if (a.rfind("--pointwise=", 0) == 0)
+      pointwise = a.substr(12);
+    else
+      return std::fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[i]), 2;
+  }
   try {
     auto g = cohort::build_model(argv[1], {});
     g->materialize(1);
     g->set_backend(cohort::backend::make_cpu_backend(threads));
     g->set_precision(cohort::backend::parse_precision(precision));
+    g->set_pointwise_backward(cohort::backend::parse_pointwise_backward(pointwise));
     const cohort::Shape& in = g->shape(0);
     const int classes = static_cast<int>(g->shape(g->output_layer())[0]);
     std::vector<float> x(static_cast<size_t>(batch * in[0] * in[1] * in[2]));

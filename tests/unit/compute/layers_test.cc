@@ -3,6 +3,10 @@
 // the reference (relative error 1e-4), and NCHW and NHWC inputs give the same result.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/plan.h"
 #include "harness.h"
 #include "support/host_views.h"
 
@@ -12,6 +16,7 @@ using namespace testing_compute;
 using cohort::ActKind;
 using cohort::ConvOptions;
 using cohort::PoolOptions;
+using cohort::backend::PointwiseBackward;
 
 constexpr double kTol = 1e-4;
 
@@ -71,6 +76,100 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                                            ConvCase{2, 8, 7, 7, 8, 5, 1, 2, 1, 2, true},      // groups
                                            ConvCase{2, 32, 6, 6, 32, 3, 1, 1, 1, 2, true},    // groups, blocked
                                            ConvCase{3, 16, 5, 5, 8, 1, 2, 0, 1, 1, false}));  // 1x1 stride 2
+
+// The 1x1 convolutions of a plan whose backward is matrix products.
+int matmul_backwards(Graph& g, int64_t n, Layout layout) {
+  return dynamic_cast<cohort::backend::cpu::CpuPlan&>(g.plan(n, layout, true, true)).matmul_backwards_;
+}
+
+struct PointwiseCase {
+  int n, c, h, w, out, stride;
+};
+
+class PointwiseTest : public ::testing::TestWithParam<PointwiseCase> {};
+
+// run(), after a step on other values whose buffer stays alive and turns NaN before
+// the second backward: a plan still reading the first step's input would show it.
+Result run_after_another_input(Graph& g, int64_t n, const ref::Vec& x, const std::vector<ref::Vec>& params,
+                               const ref::Vec& dy, Layout layout) {
+  set_params(g, params);
+  const cohort::Shape &in_shape = g.shape(0), &out_shape = g.shape(g.num_layers() - 1);
+  auto& plan = g.plan(n, layout, true, true);
+  std::vector<float> first = to_f32(ref::random_vec(x.size(), 7)),
+                     xin = to_f32(to_layout(x, in_shape, n, layout, true));
+  std::vector<float> y(dy.size()), dx(x.size()), dyl = to_f32(to_layout(dy, out_shape, n, layout, true));
+  plan.forward(cohort::test::batch_view(first, g, n, layout), {}, 0, {});
+  plan.backward(cohort::test::batch_view(dyl, g, n, layout, g.num_layers() - 1), [](int, const cohort::Event&) {}, {});
+  plan.forward(cohort::test::batch_view(xin, g, n, layout), {}, 1, {});
+  std::fill(first.begin(), first.end(), std::nanf(""));
+  plan.read(g.num_layers() - 1, cohort::test::batch_view(y, g, n, layout, g.num_layers() - 1));
+  plan.backward(cohort::test::batch_view(dyl, g, n, layout, g.num_layers() - 1), [](int, const cohort::Event&) {}, {});
+  plan.read_input_grad(cohort::test::batch_view(dx, g, n, layout));
+  Result r{to_layout(to_f64(y), out_shape, n, layout, false), to_layout(to_f64(dx), in_shape, n, layout, false), {}};
+  for (const auto& p : g.params())
+    r.dparams.emplace_back(p.grad.data_as<float>(), p.grad.data_as<float>() + p.grad.numel());
+  return r;
+}
+
+// cpu_pointwise_backward=matmul: a 1x1 convolution's weight and input gradients as
+// matrix products over NHWC values (at a stride: x read and dx written at every
+// stride-th pixel, zero elsewhere) match the reference from either input layout, also
+// in a step whose input sits elsewhere than the step before's; =convolution keeps
+// oneDNN's.
+TEST_P(PointwiseTest, MatmulBackwardMatchesReference) {
+  const PointwiseCase pc = GetParam();
+  ref::Geo geo{pc.n, pc.c, pc.h, pc.w, 1, 1, pc.stride, 0, 1};
+  Graph g({pc.c, pc.h, pc.w});
+  g.conv(g.input(), "conv", pc.out, ConvOptions{1, 1, pc.stride, 0, 1, 1, false});
+  g.materialize(1);
+  g.set_pointwise_backward(PointwiseBackward::kMatmul);
+  const size_t xn = static_cast<size_t>(pc.n) * pc.c * pc.h * pc.w;
+  ref::Vec x = ref::random_vec(xn, 1), w = ref::random_vec(static_cast<size_t>(pc.out) * pc.c, 2);
+  ref::Vec dy = ref::random_vec(static_cast<size_t>(pc.n) * pc.out * geo.oh() * geo.ow(), 4);
+  ref::Vec dx, dw, db;
+  ref::conv_bwd(geo, pc.out, 1, x, w, dy, dx, dw, db);
+  for (Layout layout : {Layout::kNCHW, Layout::kNHWC}) {
+    Result r = run_after_another_input(g, pc.n, x, {w}, dy, layout);
+    expect_close(r.y, ref::conv_fwd(geo, pc.out, 1, x, w, nullptr), "output");
+    expect_close(r.dx, dx, "input gradient");
+    expect_close(r.dparams[0], dw, "weight gradient");
+    EXPECT_EQ(matmul_backwards(g, pc.n, layout), 1);
+  }
+  g.set_pointwise_backward(PointwiseBackward::kConvolution);
+  Result r = run(g, pc.n, x, {w}, dy);
+  expect_close(r.dx, dx, "input gradient (oneDNN)");
+  expect_close(r.dparams[0], dw, "weight gradient (oneDNN)");
+  EXPECT_EQ(matmul_backwards(g, pc.n, Layout::kNCHW), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PointwiseTest,
+                         ::testing::Values(PointwiseCase{2, 16, 8, 8, 32, 1}, PointwiseCase{3, 16, 9, 9, 8, 2},
+                                           PointwiseCase{2, 5, 7, 6, 3, 2},     // channels of no block
+                                           PointwiseCase{1, 8, 7, 5, 16, 3}));  // stride 3, uneven edges
+
+// 1x1 convolutions of one value, one after a relu, and a 3x3 one (blocked layouts)
+// that a sum joins: the gradients the value gets add up in either layout, and the
+// relu masks its own.
+TEST(Pointwise, MatmulGradientsOfAValueAdd) {
+  const int n = 2;
+  Graph g({8, 6, 6});
+  const int a = g.conv(g.input(), "a", 16, ConvOptions{1, 1, 1, 0, 1, 1, false});
+  const int b = g.conv(g.relu(a, "relu"), "b", 16, ConvOptions{1, 1, 2, 0, 1, 1, false});
+  const int c = g.conv(a, "c", 16, ConvOptions{1, 1, 2, 0, 1, 1, false});
+  const int d = g.conv(a, "d", 16, ConvOptions{3, 3, 2, 1, 1, 1, false});
+  g.add({b, c, d}, "sum");
+  g.materialize(1);
+  ref::Vec x = ref::random_vec(n * 8 * 36, 1), wa = ref::random_vec(16 * 8, 2), wb = ref::random_vec(16 * 16, 3);
+  ref::Vec wc = ref::random_vec(16 * 16, 4), wd = ref::random_vec(16 * 16 * 9, 6), dy = ref::random_vec(n * 16 * 9, 5);
+  const Result want = run(g, n, x, {wa, wb, wc, wd}, dy);  // oneDNN's backward convolutions (f32)
+  g.set_pointwise_backward(PointwiseBackward::kMatmul);
+  const Result got = run(g, n, x, {wa, wb, wc, wd}, dy);
+  EXPECT_EQ(matmul_backwards(g, n, Layout::kNCHW), 3);
+  expect_close(got.y, want.y, "output", 1e-5);
+  expect_close(got.dx, want.dx, "input gradient", 1e-5);
+  for (size_t i = 0; i < want.dparams.size(); ++i)
+    expect_close(got.dparams[i], want.dparams[i], "weight gradient", 1e-5);
+}
 
 TEST(Reference, ConvBackwardMatchesFiniteDifferences) {
   ref::Geo geo{2, 4, 5, 6, 3, 3, 2, 1, 1};

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/cpu/dropout_mask.h"
+#include "backend/cpu/plan.h"
 #include "backend/precision.h"
 #include "core/status.h"
 #include "harness.h"
@@ -25,6 +26,7 @@ using cohort::ActKind;
 using cohort::ConvOptions;
 using cohort::PoolOptions;
 using cohort::backend::CpuIsa;
+using cohort::backend::PointwiseBackward;
 using cohort::backend::Precision;
 
 bool cpu_has_bf16() { return cohort::backend::probe_cpu_isa().bf16; }
@@ -43,11 +45,12 @@ struct NetCase {
 };
 
 // Runs the net at `p` with fixed inputs, parameters and output gradient.
-Result run_at(const NetCase& c, Precision p, int64_t n) {
+Result run_at(const NetCase& c, Precision p, int64_t n, PointwiseBackward mode = PointwiseBackward::kAuto) {
   Graph g(c.input);
   c.build(g);
   g.materialize(1);
   g.set_precision(p);
+  g.set_pointwise_backward(mode);
   std::vector<ref::Vec> params;
   for (size_t i = 0; i < g.params().size(); ++i) {
     const auto& prm = g.params()[i];
@@ -138,6 +141,42 @@ INSTANTIATE_TEST_SUITE_P(
                 }},
         NetCase{"lrn", {16, 5, 5}, [](Graph& g) { g.lrn(g.input(), "lrn", 5, 1e-4f, 0.75f, 1.f); }}),
     [](const ::testing::TestParamInfo<NetCase>& i) { return std::string(i.param.name); });
+
+// 1x1 convolutions, one strided, whose input gradient a 3x3 one before them takes.
+const NetCase kPointwise{"pointwise", {8, 10, 10}, [](Graph& g) {
+                           int a = g.conv(g.input(), "a", 16, ConvOptions{3, 3, 1, 1, 1, 1, false});
+                           int b = g.conv(g.relu(a, "relu"), "b", 32, ConvOptions{1, 1, 1, 0, 1, 1, false});
+                           g.conv(b, "c", 16, ConvOptions{1, 1, 2, 0, 1, 1, false});
+                         }};
+
+// bf16 1x1 convolutions whose backward is matrix products (forced, or chosen on a CPU
+// with AMX) against f32 ones whose backward is oneDNN's convolutions.
+TEST(Bf16Pointwise, MatrixProductsMatchF32ConvolutionsWithinBf16Tolerance) {
+  SKIP_WITHOUT_BF16();
+  const Result f = run_at(kPointwise, Precision::kF32, 4, PointwiseBackward::kConvolution);
+  for (PointwiseBackward mode : {PointwiseBackward::kMatmul, PointwiseBackward::kAuto}) {
+    const Result b = run_at(kPointwise, Precision::kBF16, 4, mode);
+    EXPECT_LT(ref::rel_err(b.y, f.y), 3e-2) << "output";
+    EXPECT_LT(ref::rel_err(b.dx, f.dx), 3e-2) << "input gradient";
+    for (size_t i = 0; i < f.dparams.size(); ++i) EXPECT_LT(ref::rel_err(b.dparams[i], f.dparams[i]), 3e-2) << i;
+  }
+}
+
+// auto takes matrix products for bf16 on a CPU with AMX only, and never for f32 (in a
+// build on oneDNN 2.6, whose AMX convolutions choose NHWC values for both 1x1 ones).
+TEST(Bf16Pointwise, AutoTakesMatrixProductsForBf16WithAmx) {
+  SKIP_WITHOUT_BF16();
+  for (Precision p : {Precision::kF32, Precision::kBF16}) {
+    Graph g(kPointwise.input);
+    kPointwise.build(g);
+    g.materialize(1);
+    g.set_precision(p);
+    auto& plan = dynamic_cast<cohort::backend::cpu::CpuPlan&>(g.plan(2, cohort::Layout::kNCHW, true, true));
+    const bool amx = cohort::backend::probe_cpu_isa().amx;
+    const bool taken = p == Precision::kBF16 && amx && !cohort::backend::dnnlc::kV3;
+    EXPECT_EQ(plan.matmul_backwards_, taken ? 2 : 0) << cohort::backend::probe_cpu_isa().name;
+  }
+}
 
 TEST(Bf16Dropout, DropsWhatF32DropsAndScalesTheRest) {
   SKIP_WITHOUT_BF16();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -290,12 +291,15 @@ inline Vec numeric_grad(const std::function<Vec(const Vec&)>& f, Vec x, const Ve
   return g;
 }
 
-// max |a - b| / max(max |b|, floor): the test's relative error.
+// max |a - b| / max(max |b|, floor): the test's relative error (infinite where a or b
+// is not finite).
 template <typename A, typename B>
 double rel_err(const A& a, const B& b, double floor = 1e-6) {
   double num = 0, den = floor;
   for (size_t i = 0; i < b.size(); ++i) {
-    num = std::max(num, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
+    const double d = std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i]));
+    if (!std::isfinite(d)) return std::numeric_limits<double>::infinity();  // std::max would skip a NaN
+    num = std::max(num, d);
     den = std::max(den, std::abs(static_cast<double>(b[i])));
   }
   return num / den;
