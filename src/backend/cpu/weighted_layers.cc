@@ -139,7 +139,7 @@ class ConvLayer final : public WeightedLayer<dnnlc::ConvFwd, dnnlc::ConvBwdData,
                          for (int64_t i = lo; i < hi; ++i) {
                            const int64_t n = i / (ih * iw), y = i / iw % ih, x = i % iw;
                            char* at = b + static_cast<size_t>(i) * pixel;
-                           const bool on = y % sh == 0 && x % sw == 0 && y / sh < oh && x / sw < ow;
+                           const bool on = y % sh == 0 && x % sw == 0;  // then y / sh < oh, x / sw < ow
                            char* to = on ? m + static_cast<size_t>((n * oh + y / sh) * ow + x / sw) * pixel : nullptr;
                            if (gather && on)
                              std::memcpy(to, at, pixel);

@@ -32,12 +32,14 @@ int main(int argc, char** argv) {
   std::string pointwise = "auto";
   for (int i = 7; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--profile")
+    if (a == "--profile") {
       profile = true;
-    else if (a.rfind("--pointwise=", 0) == 0)
+    } else if (a.rfind("--pointwise=", 0) == 0) {
       pointwise = a.substr(12);
-    else
-      return std::fprintf(stderr, "%s: unknown argument '%s'\n", argv[0], argv[i]), 2;
+    } else {
+      std::fprintf(stderr, "%s: unknown argument '%s'; expected --profile or --pointwise=MODE\n", argv[0], argv[i]);
+      return 2;
+    }
   }
   try {
     auto g = cohort::build_model(argv[1], {});
